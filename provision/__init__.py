@@ -1,0 +1,3 @@
+"""provision: from a cited TensorFlow/CUDA/cuDNN matrix to a locked, built and verified environment."""
+
+__version__ = "0.1.0"

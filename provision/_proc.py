@@ -1,0 +1,63 @@
+"""The one place provision starts processes: argv lists only, never a shell string, always a timeout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision.errors import ProvisionError, ToolMissing
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def __bool__(self) -> bool:
+        return self.returncode == 0
+
+
+def which(name: str) -> str | None:
+    return shutil.which(name)
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+    check: bool = True,
+    capture: bool = True,
+    input: str | None = None,
+) -> Completed:
+    """Run argv; raise ProvisionError naming the command on a missing program, a timeout, or (check) failure."""
+    args = tuple(os.fspath(a) for a in argv)
+    full_env = None if env is None else {**os.environ, **env}
+    try:
+        proc = subprocess.run(
+            args,
+            cwd=cwd,
+            env=full_env,
+            timeout=timeout,
+            text=True,
+            input=input,
+            stdout=subprocess.PIPE if capture else None,
+            stderr=subprocess.PIPE if capture else None,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise ToolMissing(f"{args[0]} is not installed or not on PATH") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ProvisionError(f"{' '.join(args[:3])} ... did not finish within {timeout:g} s") from exc
+    done = Completed(args, proc.returncode, proc.stdout or "", proc.stderr or "")
+    if check and not done:
+        tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["(no output)"]
+        raise ProvisionError(f"{Path(args[0]).name} failed (exit {done.returncode}): {tail[0]}")
+    return done

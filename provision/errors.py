@@ -1,0 +1,51 @@
+"""The one error root of provision; the CLI turns every ProvisionError into one line and an exit code."""
+
+from __future__ import annotations
+
+
+class ProvisionError(Exception):
+    """A failure the user can act on. The message is one line that says what and how to fix it."""
+
+    exit_code = 1
+
+
+class UsageError(ProvisionError):
+    """The command line asks for something that cannot exist (exit 2, like Click's own usage errors)."""
+
+    exit_code = 2
+
+
+class MatrixError(ProvisionError):
+    """The matrix data file is invalid; the message names the row and the field."""
+
+
+class UnknownRelease(ProvisionError):
+    """A TensorFlow version the matrix does not know."""
+
+
+class UnsupportedCombination(ProvisionError):
+    """A release, path and Python that the matrix says cannot work together."""
+
+
+class RenderError(ProvisionError):
+    """Rendering or writing an environment directory failed."""
+
+
+class StaleError(ProvisionError):
+    """Generated files (rendered environments or locks) no longer match their inputs."""
+
+
+class LockError(ProvisionError):
+    """Locking failed (solver, channel, index)."""
+
+
+class InstallError(ProvisionError):
+    """Building an environment on this machine failed."""
+
+
+class VerifyError(ProvisionError):
+    """The smoke test could not run, or its report does not match the spec."""
+
+
+class ToolMissing(ProvisionError):
+    """An external program provision needs is not installed."""

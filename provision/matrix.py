@@ -1,0 +1,351 @@
+"""The compatibility matrix: loads provision/data/matrix.toml into frozen rows and validates it.
+
+This module owns the data's shape and invariants. It imports nothing heavy: `provision matrix`
+must stay as fast as `import click, jinja2`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from provision.errors import MatrixError, UnknownRelease
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+DATA_FILE = Path(__file__).parent / "data" / "matrix.toml"
+SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class Source:
+    id: str
+    url: str
+    retrieved: str
+    what: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Cuda:
+    """One CUDA toolkit release as TensorFlow builds against it."""
+
+    version: str  # major.minor, the key releases refer to
+    full: str
+    driver_min: str  # the toolkit's own minimum Linux driver (release notes, table 3)
+    driver_compat_min: str  # minor-version-compatibility floor for this major
+    runfile: str
+    runfile_url: str
+    runfile_sha256: str
+    runfile_md5: str
+    conda: dict[str, str]  # {"cudatoolkit": "11.8.0"} or {"cuda_version": "12.5"}
+    sources: tuple[str, ...]
+    note: str = ""
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    @property
+    def pip_suffix(self) -> str:
+        return f"cu{self.major}"
+
+
+@dataclass(frozen=True)
+class Cudnn:
+    version: str  # major.minor, the key releases refer to
+    full: str
+    cuda_major: int
+    archive: str
+    url: str
+    sha256: str
+    conda_forge: str  # conda-forge `cudnn` version to use, "" when conda-forge has no compatible build
+    pip: str  # exact pip requirement for the NVIDIA wheel, "" when none exists on PyPI
+    sources: tuple[str, ...]
+    note: str = ""
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+
+@dataclass(frozen=True)
+class Release:
+    tf: str  # major.minor
+    latest: str
+    pin: str  # the exact version that resolves: `tensorflow==<pin>`
+    python: tuple[str, ...]
+    cuda: str
+    cudnn: str
+    and_cuda: tuple[str, ...]  # requirement strings of the wheel's `and-cuda` extra, as published
+    pip_wheels: dict[str, str]  # NVIDIA wheels the pip path pins exactly: name -> version
+    compute_min: str
+    compute_targets: tuple[str, ...]
+    glibc_min: str
+    windows_native_gpu: bool
+    sources: tuple[str, ...]
+    pin_note: str = ""
+    note: str = ""
+    disagreements: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> Version:
+        return Version(self.tf)
+
+
+@dataclass(frozen=True)
+class CondaForgeCudnn:
+    version: str
+    cuda_major: int
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CondaForge:
+    """What conda-forge really ships, so rendered specs never ask for what does not exist."""
+
+    cudatoolkit: tuple[str, ...]
+    cuda_version: tuple[str, ...]
+    cuda12_packages: tuple[str, ...]
+    cudnn: tuple[CondaForgeCudnn, ...]
+    sources: tuple[str, ...]
+
+    def cudnn_for(self, version: str, cuda_major: int) -> CondaForgeCudnn | None:
+        for row in self.cudnn:
+            if row.version == version and row.cuda_major == cuda_major:
+                return row
+        return None
+
+
+@dataclass(frozen=True)
+class Matrix:
+    releases: tuple[Release, ...]
+    cuda: dict[str, Cuda]
+    cudnn: dict[str, Cudnn]
+    conda_forge: CondaForge
+    sources: dict[str, Source] = field(repr=False)
+
+    def release(self, tf: str) -> Release:
+        wanted = _minor_of(tf)
+        for row in self.releases:
+            if row.tf == wanted:
+                return row
+        known = [r.tf for r in self.releases]
+        close = difflib.get_close_matches(wanted, known, n=3, cutoff=0.5) or known[-3:]
+        raise UnknownRelease(
+            f"TensorFlow {tf} is not in the matrix; closest known: {', '.join(close)} "
+            f"(all: {known[0]}..{known[-1]})"
+        )
+
+    def cuda_of(self, release: Release) -> Cuda:
+        return self.cuda[release.cuda]
+
+    def cudnn_of(self, release: Release) -> Cudnn:
+        return self.cudnn[release.cudnn]
+
+    @property
+    def newest(self) -> Release:
+        return self.releases[-1]
+
+
+def _minor_of(tf: str) -> str:
+    """'2.13', '2.13.1' and 'v2.13' all mean the 2.13 row."""
+    text = tf.strip().lstrip("vV")
+    try:
+        v = Version(text)
+    except InvalidVersion:
+        return text
+    return f"{v.major}.{v.minor}"
+
+
+@cache
+def load(path: Path = DATA_FILE) -> Matrix:
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MatrixError(f"cannot read the matrix {path}: {exc}") from exc
+    return parse(raw)
+
+
+class _Row:
+    """Reads one table of the data file, naming the row and field in every error."""
+
+    def __init__(self, where: str, raw: dict[str, Any]):
+        self.where, self.raw, self.seen = where, raw, set()
+
+    def get(self, key: str, kind: type, default: Any = ...) -> Any:
+        self.seen.add(key)
+        if key not in self.raw:
+            if default is ...:
+                raise MatrixError(f"{self.where}: missing field {key!r}")
+            return default
+        value = self.raw[key]
+        if not isinstance(value, kind):
+            raise MatrixError(f"{self.where}: field {key!r} must be {kind.__name__}, got {value!r}")
+        return value
+
+    def version(self, key: str, default: Any = ...) -> str:
+        value: str = self.get(key, str, default)
+        if value:
+            try:
+                Version(value)
+            except InvalidVersion as exc:
+                raise MatrixError(f"{self.where}: field {key!r}: {value!r} is not a version") from exc
+        return value
+
+    def strings(self, key: str, default: Any = ...) -> tuple[str, ...]:
+        values = self.get(key, list, default)
+        if not all(isinstance(v, str) for v in values):
+            raise MatrixError(f"{self.where}: field {key!r} must be a list of strings")
+        return tuple(values)
+
+    def done(self) -> None:
+        extra = sorted(set(self.raw) - self.seen)
+        if extra:
+            raise MatrixError(f"{self.where}: unknown field(s) {', '.join(extra)}")
+
+
+def parse(raw: dict[str, Any]) -> Matrix:
+    top = _Row("matrix", raw)
+    if top.get("schema", int) != SCHEMA:
+        raise MatrixError(f"matrix: schema {raw.get('schema')!r} is not {SCHEMA}")
+    sources: dict[str, Source] = {}
+    for i, item in enumerate(top.get("source", list)):
+        r = _Row(f"source[{i}]", item)
+        src = Source(
+            r.get("id", str), r.get("url", str), r.get("retrieved", str), r.get("what", str),
+            r.get("note", str, ""),
+        )
+        r.done()
+        if src.id in sources:
+            raise MatrixError(f"source {src.id!r}: duplicate id")
+        sources[src.id] = src
+
+    def cited(r: _Row) -> tuple[str, ...]:
+        ids = r.strings("sources")
+        if not ids:
+            raise MatrixError(f"{r.where}: cites no source")
+        for sid in ids:
+            if sid not in sources:
+                raise MatrixError(f"{r.where}: cites unknown source {sid!r}")
+        return ids
+
+    cudas: dict[str, Cuda] = {}
+    for item in top.get("cuda", list):
+        r = _Row(f"cuda {item.get('version', '?')}", item)
+        row = Cuda(
+            r.version("version"), r.version("full"), r.version("driver_min"),
+            r.version("driver_compat_min"), r.get("runfile", str), r.get("runfile_url", str),
+            r.get("runfile_sha256", str), r.get("runfile_md5", str), dict(r.get("conda", dict)),
+            cited(r), r.get("note", str, ""),
+        )
+        r.done()
+        if row.version in cudas:
+            raise MatrixError(f"{r.where}: duplicate row")
+        cudas[row.version] = row
+
+    cudnns: dict[str, Cudnn] = {}
+    for item in top.get("cudnn", list):
+        r = _Row(f"cudnn {item.get('version', '?')}", item)
+        row_d = Cudnn(
+            r.version("version"), r.version("full"), r.get("cuda_major", int), r.get("archive", str),
+            r.get("url", str), r.get("sha256", str), r.version("conda_forge"), r.get("pip", str),
+            cited(r), r.get("note", str, ""),
+        )
+        r.done()
+        if row_d.version in cudnns:
+            raise MatrixError(f"{r.where}: duplicate row")
+        cudnns[row_d.version] = row_d
+
+    cf = _Row("conda_forge", top.get("conda_forge", dict))
+    forge_cudnn = []
+    for i, item in enumerate(cf.get("cudnn", list)):
+        r = _Row(f"conda_forge.cudnn[{i}]", item)
+        forge_cudnn.append(CondaForgeCudnn(r.version("version"), r.get("cuda_major", int), cited(r)))
+        r.done()
+    forge = CondaForge(
+        tuple(cf.strings("cudatoolkit")), tuple(cf.strings("cuda_version")),
+        tuple(cf.strings("cuda12_packages")), tuple(forge_cudnn), cited(cf),
+    )
+    cf.done()
+
+    releases: list[Release] = []
+    for item in top.get("release", list):
+        r = _Row(f"release {item.get('tf', '?')}", item)
+        rel = Release(
+            tf=r.version("tf"), latest=r.version("latest"), pin=r.version("pin"),
+            python=r.strings("python"), cuda=r.get("cuda", str), cudnn=r.get("cudnn", str),
+            and_cuda=r.strings("and_cuda"), pip_wheels=dict(r.get("pip_wheels", dict)),
+            compute_min=r.version("compute_min"), compute_targets=r.strings("compute_targets"),
+            glibc_min=r.version("glibc_min"), windows_native_gpu=r.get("windows_native_gpu", bool),
+            sources=cited(r), pin_note=r.get("pin_note", str, ""), note=r.get("note", str, ""),
+            disagreements=r.strings("disagreements", []),
+        )
+        r.done()
+        releases.append(rel)
+    top.done()
+
+    _validate(releases, cudas, cudnns, forge)
+    return Matrix(tuple(releases), cudas, cudnns, forge, sources)
+
+
+def _validate(
+    releases: list[Release], cudas: dict[str, Cuda], cudnns: dict[str, Cudnn], forge: CondaForge
+) -> None:
+    seen: set[str] = set()
+    previous: Version | None = None
+    for rel in releases:
+        where = f"release {rel.tf}"
+        if rel.tf in seen:
+            raise MatrixError(f"{where}: duplicate row")
+        seen.add(rel.tf)
+        if previous is not None and rel.key <= previous:
+            raise MatrixError(f"{where}: releases must be in ascending order")
+        previous = rel.key
+        if _minor_of(rel.latest) != rel.tf or _minor_of(rel.pin) != rel.tf:
+            raise MatrixError(f"{where}: latest/pin {rel.latest}/{rel.pin} are not {rel.tf}.x")
+        pys = [Version(p) for p in rel.python]
+        if not pys or pys != sorted(pys) or len(set(pys)) != len(pys):
+            raise MatrixError(f"{where}: python must be a non-empty ascending list, got {rel.python}")
+        if rel.cuda not in cudas:
+            raise MatrixError(f"{where}: cuda {rel.cuda} has no [[cuda]] row")
+        if rel.cudnn not in cudnns:
+            raise MatrixError(f"{where}: cudnn {rel.cudnn} has no [[cudnn]] row")
+        if cudnns[rel.cudnn].cuda_major != cudas[rel.cuda].major:
+            raise MatrixError(f"{where}: cudnn {rel.cudnn} is not built for CUDA {rel.cuda}")
+        for name, ver in rel.pip_wheels.items():
+            try:
+                Version(ver)
+            except InvalidVersion as exc:
+                raise MatrixError(f"{where}: pip_wheels {name}: {ver!r} is not a version") from exc
+    for cu in cudas.values():
+        where = f"cuda {cu.version}"
+        if _minor_of(cu.full) != cu.version:
+            raise MatrixError(f"{where}: full {cu.full} is not {cu.version}.x")
+        if cu.major == 11:
+            tk = cu.conda.get("cudatoolkit", "")
+            if tk not in forge.cudatoolkit:
+                raise MatrixError(f"{where}: conda-forge has no cudatoolkit {tk!r}")
+        else:
+            cv = cu.conda.get("cuda_version", "")
+            if "cudatoolkit" in cu.conda:
+                raise MatrixError(f"{where}: conda-forge has no cudatoolkit for CUDA {cu.major}")
+            if cv not in forge.cuda_version:
+                raise MatrixError(f"{where}: conda-forge has no cuda-version {cv!r}")
+    for dn in cudnns.values():
+        where = f"cudnn {dn.version}"
+        if _minor_of(dn.full) != dn.version:
+            raise MatrixError(f"{where}: full {dn.full} is not {dn.version}.x")
+        if dn.conda_forge and forge.cudnn_for(dn.conda_forge, dn.cuda_major) is None:
+            raise MatrixError(
+                f"{where}: conda-forge has no cudnn {dn.conda_forge} for CUDA {dn.cuda_major}"
+            )

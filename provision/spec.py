@@ -1,0 +1,195 @@
+"""EnvSpec: one resolved environment (release x path x Python), the only object templates, lock,
+install and verify see. Pure: no I/O beyond loading the matrix.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from packaging.version import Version
+
+from provision.errors import UnsupportedCombination, UsageError
+from provision.matrix import Cuda, Cudnn, Matrix, Release
+
+PathKind = Literal["conda", "system", "pip"]
+PATHS: tuple[PathKind, ...] = ("conda", "system", "pip")
+DEFAULT_PATH: PathKind = "conda"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+CHANNEL = "conda-forge"
+PLATFORMS = ("linux-64",)
+
+
+@dataclass(frozen=True)
+class GpuPolicy:
+    """How the environment shares GPUs: memory growth or a hard MiB limit, and visible devices."""
+
+    memory: str | None = None  # None | "growth" | "<MiB>"
+    devices: str | None = None  # None | "0,1"
+
+    @property
+    def memory_limit_mib(self) -> int | None:
+        return int(self.memory) if self.memory and self.memory.isdigit() else None
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    name: str
+    path: PathKind
+    python: str
+    release: Release
+    cuda: Cuda
+    cudnn: Cudnn
+    conda_dependencies: tuple[str, ...]  # conda match specs (conda path only)
+    pip_requirements: tuple[str, ...]  # pip part: inside the conda env, or the venv's requirements
+    virtual_packages: dict[str, str]  # for locking without a GPU: __cuda, __glibc
+    channels: tuple[str, ...] = (CHANNEL,)
+    platforms: tuple[str, ...] = PLATFORMS
+    gpu: GpuPolicy = field(default_factory=GpuPolicy)
+
+    @property
+    def tf_version(self) -> str:
+        return self.release.pin
+
+    @property
+    def ptxas_source(self) -> str:
+        """Where ptxas/libdevice come from on this path ('' when no source exists)."""
+        deps = self.conda_dependencies + self.pip_requirements
+        for dep in deps:
+            if dep.startswith(("cuda-nvcc", "nvidia-cuda-nvcc")):
+                return dep
+        return "toolkit" if self.path == "system" else ""
+
+
+def refusal(matrix: Matrix, release: Release, path: PathKind) -> str | None:
+    """Why `path` cannot serve `release`, or None when it can."""
+    cuda, cudnn = matrix.cuda_of(release), matrix.cudnn_of(release)
+    if path == "pip" and not release.pip_wheels:
+        return (
+            f"the pip path cannot serve TensorFlow {release.tf}: NVIDIA publishes no "
+            f"CUDA {cuda.version} / cuDNN {cudnn.version} wheels on PyPI; use --path conda or system"
+        )
+    if path == "conda" and not (cudnn.conda_forge or cudnn.pip):
+        return (
+            f"the conda path cannot serve TensorFlow {release.tf}: conda-forge has no cuDNN "
+            f"{cudnn.version} for CUDA {cuda.major} and PyPI has no wheel either; use --path system"
+        )
+    return None
+
+
+def default_name(release: Release, path: PathKind, python: str | None = None) -> str:
+    base = f"tf{release.tf}-{path}"
+    return f"{base}-py{python}" if python else base
+
+
+def _conda_parts(matrix: Matrix, release: Release, python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    cuda, cudnn = matrix.cuda_of(release), matrix.cudnn_of(release)
+    conda = [f"python={python}", "pip"]
+    pip = [f"tensorflow=={release.pin}"]
+    if cuda.major == 11:
+        conda.append(f"cudatoolkit={cuda.conda['cudatoolkit']}")
+    else:
+        conda.append(f"cuda-version={cuda.conda['cuda_version']}")
+        conda.extend(matrix.conda_forge.cuda12_packages)
+    if cudnn.conda_forge:
+        conda.append(f"cudnn={cudnn.conda_forge}")
+    else:
+        pip.append(cudnn.pip)
+    nvcc = next((f"{n}=={v}" for n, v in release.pip_wheels.items() if "cuda-nvcc" in n), "")
+    if cuda.major == 11 and nvcc:
+        # conda-forge's cudatoolkit has no ptxas; NVIDIA's wheel of the same CUDA line does.
+        pip.append(nvcc)
+    return tuple(conda), tuple(pip)
+
+
+def _pip_parts(release: Release) -> tuple[str, ...]:
+    tf = f"tensorflow[and-cuda]=={release.pin}" if release.and_cuda else f"tensorflow=={release.pin}"
+    return (tf, *(f"{n}=={v}" for n, v in sorted(release.pip_wheels.items())))
+
+
+def resolve(
+    matrix: Matrix,
+    tf: str,
+    path: str = DEFAULT_PATH,
+    python: str | None = None,
+    name: str | None = None,
+    gpu: GpuPolicy | None = None,
+) -> EnvSpec:
+    if path not in PATHS:
+        raise UsageError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
+    kind: PathKind = path  # type: ignore[assignment]
+    release = matrix.release(tf)
+    if python is not None and python not in release.python:
+        raise UnsupportedCombination(
+            f"TensorFlow {release.tf} supports Python {', '.join(release.python)}, not {python}"
+        )
+    why = refusal(matrix, release, kind)
+    if why:
+        raise UnsupportedCombination(why)
+    chosen = python or release.python[-1]
+    env_name = name or default_name(release, kind, python if python != release.python[-1] else None)
+    if not NAME_RE.match(env_name):
+        raise UsageError(
+            f"environment name {env_name!r} is not usable as a conda environment or shell word; "
+            "use letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)"
+        )
+    gpu = gpu or GpuPolicy()
+    _check_gpu_policy(gpu)
+    cuda, cudnn = matrix.cuda_of(release), matrix.cudnn_of(release)
+    if kind == "conda":
+        conda_deps, pip_reqs = _conda_parts(matrix, release, chosen)
+    elif kind == "pip":
+        conda_deps, pip_reqs = (), _pip_parts(release)
+    else:
+        conda_deps, pip_reqs = (), (f"tensorflow=={release.pin}",)
+    return EnvSpec(
+        name=env_name,
+        path=kind,
+        python=chosen,
+        release=release,
+        cuda=cuda,
+        cudnn=cudnn,
+        conda_dependencies=conda_deps,
+        pip_requirements=pip_reqs,
+        virtual_packages={"__cuda": cuda.version, "__glibc": release.glibc_min},
+        gpu=gpu,
+    )
+
+
+def _check_gpu_policy(gpu: GpuPolicy) -> None:
+    if gpu.memory not in (None, "growth") and not (gpu.memory.isdigit() and int(gpu.memory) > 0):
+        raise UsageError(f"--gpu-memory takes 'growth' or a positive number of MiB, not {gpu.memory!r}")
+    if gpu.devices is not None and not re.fullmatch(r"\d+(,\d+)*", gpu.devices):
+        raise UsageError(f"--gpus takes GPU indices like 0,1, not {gpu.devices!r}")
+
+
+def all_specs(matrix: Matrix) -> list[EnvSpec]:
+    """Every release on every path that can serve it, at its default Python (`render --all`)."""
+    return [
+        resolve(matrix, rel.tf, path)
+        for rel in matrix.releases
+        for path in PATHS
+        if refusal(matrix, rel, path) is None
+    ]
+
+
+def python_sort_key(version: str) -> Version:
+    return Version(version)
+
+
+def expected(spec: EnvSpec) -> dict[str, object]:
+    """What the smoke test must find inside the environment; baked into each rendered smoke_test.py."""
+    return {
+        "schema": 1,
+        "name": spec.name,
+        "path": spec.path,
+        "python": spec.python,
+        "tf_version": spec.release.pin,
+        "cuda": spec.cuda.version,
+        "cudnn": spec.cudnn.version,
+        "compute_min": spec.release.compute_min,
+        "compute_targets": list(spec.release.compute_targets),
+        "gpu_memory": spec.gpu.memory,
+        "gpus": spec.gpu.devices,
+    }
