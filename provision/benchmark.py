@@ -28,7 +28,7 @@ from typing import Any
 
 SCHEMA = 1
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-MODELS = ("resnet50", "small_cnn")
+MODELS = ("resnet50", "small_cnn", "mlp")
 
 
 class BenchError(Exception):
@@ -41,6 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--precision", default="float32,mixed_float16,mixed_bfloat16")
     p.add_argument("--model", default="resnet50", choices=MODELS)
     p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--width", type=int, default=4096, help="hidden width of the mlp model")
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--batch-per-replica", type=int, default=128)
     p.add_argument("--global-batch", type=int, default=None,
@@ -131,6 +132,12 @@ def build_model(tf: Any, args: argparse.Namespace, classes: int) -> Any:
         logits = base(inputs)
         outputs = keras.layers.Activation("linear", dtype="float32")(logits)
         return keras.Model(inputs, outputs)
+    if args.model == "mlp":
+        # Wide dense layers: matmul-bound, the case where tensor-core precisions can pay off.
+        layers = [keras.Input(shape), keras.layers.Flatten()]
+        layers += [keras.layers.Dense(args.width, activation="relu") for _ in range(4)]
+        layers += [keras.layers.Dense(classes), keras.layers.Activation("softmax", dtype="float32")]
+        return keras.Sequential(layers)
     return keras.Sequential([
         keras.Input(shape),
         keras.layers.Conv2D(32, 3, activation="relu", padding="same"),

@@ -1,0 +1,114 @@
+"""Child side of the host probes: asks NVIDIA's own libraries what they are, then exits.
+
+`provision.host` runs this file in a separate interpreter (by path, stdlib only, pynvml when asked)
+because a driver library can hang or crash the process that loads it: here that costs this child
+only, which the parent kills at its deadline. Output: one JSON object on stdout.
+
+    python _hostprobe.py nvml [PYNVML_DIR] [PRELOAD]   driver, CUDA version and GPUs from NVML
+    python _hostprobe.py versions < [[kind, path], ...] what each cuDNN / CUDA runtime reports
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import sys
+from typing import Any
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def nvml(pynvml_dir: str, preload: str) -> dict[str, Any]:
+    if preload:
+        # A stand-in host's libnvidia-ml: loading it by path first makes pynvml's
+        # dlopen("libnvidia-ml.so.1") find it by its SONAME instead of the machine's own.
+        try:
+            ctypes.CDLL(preload, mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            return {"ok": False, "absent": True, "error": f"cannot load {preload}: {exc}"}
+    if pynvml_dir:
+        sys.path.insert(0, pynvml_dir)
+    try:
+        import pynvml
+    except ImportError as exc:
+        return {"ok": False, "absent": True, "error": f"nvidia-ml-py is not installed: {exc}"}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        code = getattr(exc, "value", None)
+        return {
+            "ok": False,
+            "absent": code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+            "code": code,
+            "error": _text(str(exc)),
+        }
+    out: dict[str, Any] = {"ok": True, "gpus": []}
+    try:
+        out["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+        out["cuda"] = int(pynvml.nvmlSystemGetCudaDriverVersion())
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            out["gpus"].append(_gpu(pynvml, index))
+    except pynvml.NVMLError as exc:
+        out.update(ok=False, absent=False, error=_text(str(exc)))
+    finally:
+        pynvml.nvmlShutdown()
+    return out
+
+
+def _gpu(pynvml: Any, index: int) -> dict[str, Any]:
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+
+    def ask(fn: str, *args: Any) -> Any:
+        # Old GPUs answer NOT_SUPPORTED for MIG and friends: one missing field, not a failed GPU.
+        try:
+            return getattr(pynvml, fn)(handle, *args)
+        except pynvml.NVMLError:
+            return None
+
+    memory = ask("nvmlDeviceGetMemoryInfo")
+    mig = ask("nvmlDeviceGetMigMode")
+    return {
+        "index": index,
+        "name": _text(ask("nvmlDeviceGetName") or ""),
+        "uuid": _text(ask("nvmlDeviceGetUUID") or ""),
+        "cc": list(ask("nvmlDeviceGetCudaComputeCapability") or ()),
+        "memory_bytes": int(memory.total) if memory is not None else None,
+        "mig": None if mig is None else int(mig[0]),
+        "persistence": ask("nvmlDeviceGetPersistenceMode"),
+    }
+
+
+def versions(items: list[list[str]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind, path in items:
+        try:
+            lib = ctypes.CDLL(path)
+            if kind == "cudnn":
+                fn = lib.cudnnGetVersion
+                fn.restype = ctypes.c_size_t
+                out[path] = {"value": int(fn())}
+            else:
+                value = ctypes.c_int(0)
+                rc = lib.cudaRuntimeGetVersion(ctypes.byref(value))
+                out[path] = {"value": value.value} if rc == 0 else {"error": f"returned {rc}"}
+        except (OSError, AttributeError) as exc:
+            out[path] = {"error": str(exc).splitlines()[0][:200]}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[1] == "nvml":
+        result = nvml(argv[2] if len(argv) > 2 else "", argv[3] if len(argv) > 3 else "")
+    elif len(argv) == 2 and argv[1] == "versions":
+        result = versions(json.loads(sys.stdin.read()))
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    sys.stdout.write(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,110 @@
+"""`provision bench`: runs provision/benchmark.py inside an environment and summarises its report."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provision import _proc
+from provision.errors import ProvisionError, UsageError
+
+BENCHMARK = Path(__file__).with_name("benchmark.py")
+
+
+class BenchError(ProvisionError):
+    """The benchmark could not run, or printed no report."""
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    report: dict[str, Any]
+    plot: Path | None
+
+    def lines(self) -> list[str]:
+        r = self.report
+        out = [f"TensorFlow {r['tensorflow']} on {len(r['devices'])} device(s): "
+               f"{r['settings']['model']} {r['settings']['image_size']}px"]
+        out.append("  matmul " + ", ".join(
+            f"{m['precision']} {m['tflops']:g} TFLOP/s" for m in r["matmul"]))
+        out.append(f"  {'devices':>7}  {'precision':<15} {'images/s':>10} {'epoch s':>8} "
+                   f"{'accuracy':>8} {'speed-up':>8} {'efficiency':>10}")
+        for run in r["runs"]:
+            out.append(
+                f"  {run['gpus']:>7}  {run['precision']:<15} {run['images_per_s']:>10.1f} "
+                f"{run['epoch_s']:>8.1f} {run['accuracy']:>8.3f} {run['speedup']:>8.2f} "
+                f"{run['efficiency']:>10.2f}"
+            )
+        out += [f"  note: {m}" for m in r.get("messages", [])]
+        if self.plot is not None:
+            out.append(f"  plot: {self.plot}")
+        return out
+
+
+def bench_argv(python: Path, options: Mapping[str, Any], json_out: Path) -> list[str]:
+    argv = [str(python), str(BENCHMARK), "--json", str(json_out)]
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
+def locate(name: str | None, out: Path, python: Path | None) -> tuple[Path, dict[str, str]]:
+    """The interpreter of envs/NAME's built environment and the variables its activation sets."""
+    from provision import install
+
+    if python is not None:
+        return python, {}
+    if name is None:
+        raise UsageError("give an environment NAME, or --python EXE")
+    env = install.load_env(out, name)
+    prefix = install.default_prefix(name, env.path)
+    exe = install.interpreter(prefix)
+    if not exe.exists():
+        raise BenchError(f"no environment at {prefix}: build it with `provision install {name}`")
+    return exe, install.activation_env(env.root, prefix)
+
+
+def run(
+    name: str | None,
+    *,
+    out: Path,
+    python: Path | None,
+    options: Mapping[str, Any],
+    plot: Path | None,
+    timeout: float = 3600,
+) -> BenchResult:
+    exe, env = locate(name, out, python)
+    with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
+        report_file = Path(tmp) / "report.json"
+        done = _proc.run(bench_argv(exe, options, report_file), env=env, timeout=timeout, check=False)
+        if not report_file.is_file():
+            tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["(no output)"]
+            raise BenchError(f"the benchmark failed (exit {done.returncode}): {tail[0][-300:]}")
+        report = json.loads(report_file.read_text(encoding="utf-8"))
+    if plot is not None:
+        write_plot(report, plot)
+    return BenchResult(report, plot)
+
+
+def write_plot(report: Mapping[str, Any], plot: Path) -> None:
+    """Plot on the host: the environment holds TensorFlow, not necessarily matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise BenchError("--plot needs matplotlib: pip install 'provision[bench]'") from exc
+    from provision import benchmark
+
+    plot.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=plot.parent, suffix=".png", delete=False) as fh:
+        tmp = Path(fh.name)
+    try:
+        benchmark.plot(dict(report), str(tmp))
+        tmp.replace(plot)
+    finally:
+        tmp.unlink(missing_ok=True)
