@@ -1,0 +1,901 @@
+"""The system path's install.sh, run for real under a prefix in tmp_path (no root needed).
+
+The script is rendered from the matrix; NVIDIA's runfile and cuDNN archive are replaced by fakes
+of the same names and layout (tests/fakes/nvidia.py) holding NVIDIA's real libcudart and libcudnn,
+and nvidia-smi by a fake that reports a chosen driver. Since the fakes' checksums are not NVIDIA's,
+most tests render the script from a spec whose checksums are the fakes' (dataclasses.replace);
+test_real_matrix_script_refuses_the_fakes checks that the script rendered from the matrix itself
+refuses them before running anything.
+
+The venv step is skipped (--skip-venv) except in the venv tests, which install a tiny pinned
+package through the script's PROVISION_VENV_PACKAGE variable, and one slow test with the real
+TensorFlow pin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fakes.nvidia import Artifacts, build_cudnn_archive, elf_soname, sha256_file
+
+from provision import matrix as matrix_module
+from provision import render as render_module
+from provision.matrix import Matrix
+from provision.spec import EnvSpec, all_specs
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "templates" / "system" / "install.sh.j2"
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+REAL = matrix_module.load()
+FIXTURE = matrix_module.load(Path(__file__).resolve().parent / "golden" / "matrix.toml")
+TINY = "six==1.17.0"  # the venv tests' stand-in for TensorFlow: 11 kB, pure Python
+IMPORT_TF = "import tensorflow as tf; print(tf.__version__)"
+
+
+def system_specs(m: Matrix) -> list[EnvSpec]:
+    return [s for s in all_specs(m) if s.path == "system"]
+
+
+def install_cases(m: Matrix) -> list[EnvSpec]:
+    """The newest system-path release per CUDA major with a cuDNN wheel to take libraries from."""
+    newest: dict[int, EnvSpec] = {}
+    for spec in system_specs(m):
+        if spec.cudnn.pip:
+            newest[spec.cuda.major] = spec
+    return [newest[k] for k in sorted(newest)]
+
+
+CASES = install_cases(REAL)
+SPEC = CASES[0]  # the CUDA 11 row (cuDNN from nvidia-cudnn-cu11): driver, checksum, venv tests
+
+
+def render_script(spec: EnvSpec, folder: Path, m: Matrix = REAL) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "install.sh"
+    script.write_text(render_module.render(spec, m)["install.sh"])
+    script.chmod(0o755)
+    return script
+
+
+def with_checksums(spec: EnvSpec, art: Artifacts, *, runfile: str = "sha256") -> EnvSpec:
+    """The spec with the fakes' checksums in place of NVIDIA's ("md5": the runfile by md5 only)."""
+    sha, md5 = (art.runfile_sha256, "") if runfile == "sha256" else ("", art.runfile_md5)
+    cuda = dataclasses.replace(spec.cuda, runfile_sha256=sha, runfile_md5=md5)
+    cudnn = dataclasses.replace(spec.cudnn, sha256=art.cudnn_sha256)
+    return dataclasses.replace(spec, cuda=cuda, cudnn=cudnn)
+
+
+def host_path(*first: Path) -> str:
+    """PATH with `first` in front and without any directory that holds a real nvidia-smi."""
+    keep = [
+        d for d in os.environ["PATH"].split(os.pathsep) if d and not Path(d, "nvidia-smi").exists()
+    ]
+    return os.pathsep.join([*map(str, first), *keep])
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def out(self) -> str:
+        return self.stdout + self.stderr
+
+
+def run_script(
+    script: Path, *args: str | Path, path: str, tmp: Path, env: dict[str, str] | None = None
+) -> Run:
+    full = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LD_LIBRARY_PATH", "XLA_FLAGS", "CUDA_HOME", "PROVISION_VENV_PACKAGE")
+        and not k.startswith("FAKE_CUDA_")
+    }
+    scratch = tmp / "scratch"
+    scratch.mkdir(exist_ok=True)
+    full.update(PATH=path, TMPDIR=str(scratch), no_proxy="127.0.0.1,localhost", **(env or {}))
+    done = subprocess.run(
+        ["bash", str(script), *map(str, args)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, int, str]]:
+    """Every entry under root (directories too): mtime, size, mode, link target."""
+    found: dict[str, tuple[int, int, int, str]] = {}
+    for path in [root, *sorted(root.rglob("*"))]:
+        st = path.lstat()
+        link = os.readlink(path) if path.is_symlink() else ""
+        found[path.relative_to(root).as_posix()] = (st.st_mtime_ns, st.st_size, st.st_mode, link)
+    return found
+
+
+@pytest.fixture
+def art(nvidia_artifacts: Callable[..., Artifacts]) -> Artifacts:
+    return nvidia_artifacts(SPEC.cuda, SPEC.cudnn)
+
+
+@pytest.fixture
+def script(tmp_path: Path, art: Artifacts) -> Path:
+    """install.sh of SPEC with the fakes' checksums."""
+    return render_script(with_checksums(SPEC, art), tmp_path / "env")
+
+
+@pytest.fixture
+def ok_path(fake_nvidia_smi: Callable[..., Path]) -> str:
+    """PATH with an nvidia-smi reporting exactly the toolkit's minimum driver."""
+    return host_path(fake_nvidia_smi(SPEC.cuda.driver_min))
+
+
+def local_files(art: Artifacts) -> list[str | Path]:
+    return ["--runfile", art.runfile, "--cudnn-archive", art.cudnn_archive]
+
+
+# --- the rendered script as text -----------------------------------------------------------------
+
+
+def test_template_writes_no_version() -> None:
+    """Every version comes from the matrix: the template itself holds no dotted number."""
+    found = re.findall(r"\b\d+\.\d+\b", TEMPLATE.read_text())
+    assert found == []
+
+
+def test_every_system_release_passes_bash_n_and_shellcheck(tmp_path: Path) -> None:
+    scripts = []
+    for label, m in (("real", REAL), ("fixture", FIXTURE)):
+        for spec in system_specs(m):
+            script = render_script(spec, tmp_path / label / spec.name, m)
+            text = script.read_text()
+            assert text.startswith("#!/usr/bin/env bash\n# Generated by provision")
+            assert "set -euo pipefail" in text
+            for value in (
+                spec.cuda.runfile,
+                spec.cudnn.archive,
+                spec.cuda.driver_min,
+                spec.release.pin,
+            ):
+                assert f"={value}\n" in text or f"={value}'\n" in text
+            subprocess.run(["bash", "-n", str(script)], check=True)
+            scripts.append(str(script))
+    assert len(scripts) >= 2
+    # shellcheck takes about a second of CPU per script: spread them over the CPUs.
+    jobs = max(1, min(os.cpu_count() or 1, 8))
+    runs = [
+        subprocess.Popen([str(SHELLCHECK), *scripts[i::jobs]], stdout=subprocess.PIPE, text=True)
+        for i in range(jobs)
+    ]
+    findings = [run.communicate()[0] for run in runs]
+    assert [run.returncode for run in runs] == [0] * jobs, "".join(findings)
+
+
+def test_help_and_usage_errors(tmp_path: Path) -> None:
+    script = render_script(SPEC, tmp_path / "env")
+    shown = run_script(script, "--help", path=host_path(), tmp=tmp_path)
+    assert shown.rc == 0
+    for option in (
+        "--prefix DIR",
+        "--runfile FILE",
+        "--cudnn-archive FILE",
+        "--dry-run",
+        "--skip-driver-check",
+        "--download-dir DIR",
+        "--python EXE",
+        "--skip-venv",
+    ):
+        assert option in shown.stdout
+    assert SPEC.cuda.driver_min in shown.stdout and SPEC.cuda.driver_compat_min in shown.stdout
+    bad = run_script(script, "--frobnicate", path=host_path(), tmp=tmp_path)
+    assert (bad.rc, bad.stderr) == (2, "error: unknown option: --frobnicate (see --help)\n")
+    missing = run_script(script, "--prefix", path=host_path(), tmp=tmp_path)
+    assert missing.rc == 2 and "--prefix needs a value" in missing.stderr
+    spaced = run_script(script, "--prefix", tmp_path / "a b", path=host_path(), tmp=tmp_path)
+    assert spaced.rc == 2 and "must not contain whitespace" in spaced.stderr
+
+
+# --- the driver check ----------------------------------------------------------------------------
+
+
+def older_than(version: str) -> str:
+    major = int(version.split(".")[0])
+    return f"{major - 1}.99.01"
+
+
+def test_driver_older_than_the_compat_floor_is_refused(
+    tmp_path: Path, script: Path, art: Artifacts, fake_nvidia_smi: Callable[..., Path]
+) -> None:
+    old = older_than(SPEC.cuda.driver_compat_min)
+    prefix = tmp_path / "prefix"
+    done = run_script(
+        script,
+        "--prefix",
+        prefix,
+        *local_files(art),
+        path=host_path(fake_nvidia_smi(old)),
+        tmp=tmp_path,
+    )
+    assert done.rc == 1
+    assert f"NVIDIA driver {old} is too old" in done.stderr
+    assert f">= {SPEC.cuda.driver_min}" in done.stderr
+    assert f">= {SPEC.cuda.driver_compat_min}" in done.stderr
+    assert not prefix.exists()
+
+
+def test_driver_in_the_compat_range_proceeds_with_a_warning(
+    tmp_path: Path, script: Path, art: Artifacts, fake_nvidia_smi: Callable[..., Path]
+) -> None:
+    if SPEC.cuda.driver_compat_min == SPEC.cuda.driver_min:
+        pytest.skip("this CUDA row has no minor-version-compatibility range")
+    done = run_script(
+        script,
+        "--prefix",
+        tmp_path / "prefix",
+        "--dry-run",
+        *local_files(art),
+        path=host_path(fake_nvidia_smi(SPEC.cuda.driver_compat_min)),
+        tmp=tmp_path,
+    )
+    assert done.rc == 0, done.out
+    assert "minor-version compatibility" in done.stdout
+    assert f"older than {SPEC.cuda.driver_min}" in done.stderr
+
+
+needs_no_driver = pytest.mark.skipif(
+    Path("/proc/driver/nvidia/version").exists(), reason="this host has an NVIDIA kernel module"
+)
+
+
+@needs_no_driver
+def test_no_driver_is_refused_with_the_reason(tmp_path: Path, script: Path, art: Artifacts) -> None:
+    prefix = tmp_path / "prefix"
+    done = run_script(script, "--prefix", prefix, *local_files(art), path=host_path(), tmp=tmp_path)
+    assert done.rc == 1
+    assert "no NVIDIA driver found (nvidia-smi is not installed" in done.stderr
+    assert f">= {SPEC.cuda.driver_min}" in done.stderr and "--skip-driver-check" in done.stderr
+    assert not prefix.exists()
+
+
+@needs_no_driver
+def test_failing_nvidia_smi_is_refused_with_its_message(
+    tmp_path: Path, script: Path, art: Artifacts, fake_nvidia_smi: Callable[..., Path]
+) -> None:
+    done = run_script(
+        script,
+        "--prefix",
+        tmp_path / "prefix",
+        *local_files(art),
+        path=host_path(fake_nvidia_smi(None)),
+        tmp=tmp_path,
+    )
+    assert done.rc == 1
+    assert "nvidia-smi failed: NVIDIA-SMI has failed because it couldn't communicate" in done.stderr
+
+
+def test_skip_driver_check_builds_without_a_driver(
+    tmp_path: Path, script: Path, art: Artifacts
+) -> None:
+    done = run_script(
+        script,
+        "--prefix",
+        tmp_path / "prefix",
+        "--skip-venv",
+        "--skip-driver-check",
+        *local_files(art),
+        path=host_path(),
+        tmp=tmp_path,
+    )
+    assert done.rc == 0, done.out
+    assert "[driver] not checked (--skip-driver-check)" in done.stdout
+    assert (tmp_path / "prefix" / f"cuda-{SPEC.cuda.version}" / "lib64").is_dir()
+
+
+# --- checksums: refused before anything runs -----------------------------------------------------
+
+
+def test_real_matrix_script_refuses_the_fakes(tmp_path: Path, art: Artifacts, ok_path: str) -> None:
+    """The script as rendered from the matrix: NVIDIA's checksums, which the fakes cannot match."""
+    script = render_script(SPEC, tmp_path / "env")
+    prefix, log = tmp_path / "prefix", tmp_path / "runfile.log"
+    done = run_script(
+        script,
+        "--prefix",
+        prefix,
+        "--skip-venv",
+        *local_files(art),
+        path=ok_path,
+        tmp=tmp_path,
+        env={"FAKE_CUDA_RUNFILE_LOG": str(log)},
+    )
+    assert done.rc == 1
+    if SPEC.cuda.runfile_sha256 or SPEC.cuda.runfile_md5:
+        assert f"checksum mismatch for {art.runfile}" in done.stderr
+    else:  # the matrix has no published checksum yet: refused too, and says how to override
+        assert f"the matrix records no checksum for {SPEC.cuda.runfile}" in done.stderr
+        assert "--allow-unverified" in done.stderr
+    assert "nothing was installed" in done.stderr
+    assert not prefix.exists() and not log.exists()
+
+
+@pytest.mark.parametrize("wrong", ["runfile", "cudnn"])
+def test_any_mismatch_is_refused_before_the_runfile_runs(
+    tmp_path: Path, art: Artifacts, ok_path: str, wrong: str
+) -> None:
+    spec = with_checksums(SPEC, art)
+    bogus = "0" * 64
+    if wrong == "runfile":
+        spec = dataclasses.replace(spec, cuda=dataclasses.replace(spec.cuda, runfile_sha256=bogus))
+        bad_file = art.runfile
+    else:
+        spec = dataclasses.replace(spec, cudnn=dataclasses.replace(spec.cudnn, sha256=bogus))
+        bad_file = art.cudnn_archive
+    script = render_script(spec, tmp_path / "env")
+    prefix, log = tmp_path / "prefix", tmp_path / "runfile.log"
+    done = run_script(
+        script,
+        "--prefix",
+        prefix,
+        "--skip-venv",
+        *local_files(art),
+        path=ok_path,
+        tmp=tmp_path,
+        env={"FAKE_CUDA_RUNFILE_LOG": str(log)},
+    )
+    assert done.rc == 1
+    assert (
+        f"checksum mismatch for {bad_file}: sha256 {sha256_file(bad_file)}, "
+        f"but the matrix says {bogus}" in done.stderr
+    )
+    assert not prefix.exists() and not log.exists()
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_md5_is_used_when_the_matrix_has_no_sha256(
+    tmp_path: Path, art: Artifacts, ok_path: str
+) -> None:
+    script = render_script(with_checksums(SPEC, art, runfile="md5"), tmp_path / "env")
+    done = run_script(
+        script,
+        "--prefix",
+        tmp_path / "prefix",
+        "--skip-venv",
+        *local_files(art),
+        path=ok_path,
+        tmp=tmp_path,
+    )
+    assert done.rc == 0, done.out
+    assert f"[verify] {SPEC.cuda.runfile}: md5 ok" in done.stdout
+    assert f"[verify] {SPEC.cudnn.archive}: sha256 ok" in done.stdout
+
+
+def test_no_checksum_needs_allow_unverified(tmp_path: Path, art: Artifacts, ok_path: str) -> None:
+    spec = dataclasses.replace(
+        SPEC,
+        cuda=dataclasses.replace(SPEC.cuda, runfile_sha256="", runfile_md5=""),
+        cudnn=dataclasses.replace(SPEC.cudnn, sha256=art.cudnn_sha256),
+    )
+    script = render_script(spec, tmp_path / "env")
+    prefix = tmp_path / "prefix"
+    args = ("--prefix", prefix, "--skip-venv", *local_files(art))
+    refused = run_script(script, *args, path=ok_path, tmp=tmp_path)
+    assert refused.rc == 1 and "Pass --allow-unverified" in refused.stderr
+    assert not prefix.exists()
+    done = run_script(script, *args, "--allow-unverified", path=ok_path, tmp=tmp_path)
+    assert done.rc == 0, done.out
+    assert f"using {art.runfile} unverified (--allow-unverified)" in done.stderr
+
+
+# --- the install itself --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", CASES, ids=[s.name for s in CASES])
+def test_install_under_a_prefix_then_nothing_to_do(
+    spec: EnvSpec,
+    tmp_path: Path,
+    nvidia_artifacts: Callable[..., Artifacts],
+    fake_nvidia_smi: Callable[..., Path],
+) -> None:
+    art = nvidia_artifacts(spec.cuda, spec.cudnn)
+    script = render_script(with_checksums(spec, art), tmp_path / "env")
+    prefix, log = tmp_path / "prefix", tmp_path / "runfile.log"
+    path = host_path(fake_nvidia_smi(spec.cuda.driver_min))
+    env = {"FAKE_CUDA_RUNFILE_LOG": str(log)}
+    first = run_script(
+        script,
+        "--prefix",
+        prefix,
+        "--skip-venv",
+        *local_files(art),
+        path=path,
+        tmp=tmp_path,
+        env=env,
+    )
+    assert first.rc == 0, first.out
+    home = prefix / f"cuda-{spec.cuda.version}"
+    lib = home / "lib64"
+
+    # The runfile ran once, toolkit only, into the prefix.
+    (argv,) = log.read_text().splitlines()
+    assert argv.startswith(
+        f"--silent --toolkit --toolkitpath={home} --no-man-page --override --tmpdir="
+    )
+    assert "--driver" not in argv
+
+    # Real libraries, their sonames in place (NVIDIA's links kept), in NVIDIA's tree layout.
+    assert lib.is_symlink() and (home / "bin" / "ptxas").is_file()
+    cudnn_lib = lib / f"libcudnn.so.{spec.cudnn.major}"
+    assert elf_soname(cudnn_lib) == cudnn_lib.name
+    assert cudnn_lib.resolve().name == "libcudnn.so." + ".".join(spec.cudnn.full.split(".")[:3])
+    cudarts = sorted(lib.glob(f"libcudart.so.{spec.cuda.major}*"), key=lambda p: len(p.name))
+    assert elf_soname(cudarts[-1]) == cudarts[0].name  # the soname link points at the real file
+    header = (home / "include" / "cudnn_version.h").read_text()
+    assert f"#define CUDNN_MAJOR {spec.cudnn.major}" in header
+    assert "[check] libcudnn.so." in first.stdout and "[check] libcudart.so." in first.stdout
+
+    # Loader and login-shell configuration.
+    conf = prefix / "etc" / "ld.so.conf.d" / f"provision-cuda-{spec.cuda.version}.conf"
+    assert conf.read_text().splitlines()[1:] == [str(lib)]
+    profile = prefix / "etc" / "profile.d" / f"provision-cuda-{spec.cuda.version}.sh"
+    # Sourced twice, over a user's XLA flags: one with glob characters (a hidden file here would
+    # match it), and a data dir of some other toolkit, which the toolkit sourced last replaces.
+    (tmp_path / ".hidden").touch()
+    shown = subprocess.run(
+        [
+            "sh",
+            "-c",
+            f'. "{profile}"; . "{profile}"; printf "%s\\n" "$PATH" "$LD_LIBRARY_PATH" "$XLA_FLAGS"',
+        ],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "LD_LIBRARY_PATH": "/opt/other",
+            "XLA_FLAGS": "--xla_dump_hlo_pass_re=.* --xla_gpu_cuda_data_dir=/opt/old-cuda",
+        },
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert shown == [
+        f"{home}/bin:/usr/bin:/bin",
+        f"{lib}:/opt/other",
+        f"--xla_dump_hlo_pass_re=.* --xla_gpu_cuda_data_dir={home}",
+    ]
+    lint = subprocess.run(
+        [str(SHELLCHECK), "-s", "sh", str(profile)], capture_output=True, text=True
+    )
+    assert lint.returncode == 0, lint.stdout
+
+    # Again: every step is done, nothing changes, and it says so.
+    before = snapshot(prefix)
+    again = run_script(
+        script,
+        "--prefix",
+        prefix,
+        "--skip-venv",
+        *local_files(art),
+        path=path,
+        tmp=tmp_path,
+        env=env,
+    )
+    assert again.rc == 0, again.out
+    assert snapshot(prefix) == before
+    assert len(log.read_text().splitlines()) == 1
+    for step in ("toolkit", "cudnn", "ld.so.conf", "profile.d", "ldconfig"):
+        assert f"[{step}] nothing to do" in again.stdout
+    assert again.stdout.endswith(f"nothing to do: {spec.name} is installed and up to date\n")
+    assert "[verify]" not in again.stdout  # the downloads are not even needed any more
+
+
+def test_dry_run_writes_nothing(tmp_path: Path, script: Path, art: Artifacts, ok_path: str) -> None:
+    prefix = tmp_path / "prefix"
+    done = run_script(
+        script,
+        "--prefix",
+        prefix,
+        "--skip-venv",
+        "--dry-run",
+        *local_files(art),
+        path=ok_path,
+        tmp=tmp_path,
+    )
+    assert done.rc == 0, done.out
+    home = prefix / f"cuda-{SPEC.cuda.version}"
+    assert (
+        f"[toolkit] would run: sh {SPEC.cuda.runfile} --silent --toolkit --toolkitpath={home} "
+        "--no-man-page --override" in done.stdout
+    )
+    assert f"[cudnn] would unpack {SPEC.cudnn.archive}" in done.stdout
+    assert f"[ld.so.conf] would write {prefix}/etc/ld.so.conf.d/" in done.stdout
+    assert done.stdout.endswith("dry run: nothing was changed\n")
+    assert not prefix.exists()
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+def test_dry_run_of_a_system_wide_install_names_the_system_paths(
+    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+) -> None:
+    toolkit = Path(f"/usr/local/cuda-{SPEC.cuda.version}")
+    if toolkit.exists():
+        pytest.skip(f"{toolkit} exists on this host")
+    done = run_script(
+        script, "--dry-run", "--skip-venv", *local_files(art), path=ok_path, tmp=tmp_path
+    )
+    assert done.rc == 0, done.out
+    assert f"--toolkitpath={toolkit}" in done.stdout
+    assert f"would write /etc/ld.so.conf.d/provision-cuda-{SPEC.cuda.version}.conf" in done.stdout
+    assert "[ldconfig] would run: " in done.stdout and " -n " not in done.stdout
+    assert not toolkit.exists()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv"
+)
+def test_system_wide_install_without_root_is_refused() -> None:
+    with tempfile.TemporaryDirectory() as tmp:  # pytest's own tmp_path is private to root
+        Path(tmp).chmod(0o755)
+        script = render_script(SPEC, Path(tmp) / "env")
+        Path(tmp, "env").chmod(0o755)
+        done = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "bash",
+                str(script),
+                "--skip-venv",
+            ],
+            capture_output=True,
+            text=True,
+            env={"PATH": host_path()},
+            check=False,
+        )
+    assert done.returncode == 1
+    assert "installing into / needs root: run it with sudo, or pass --prefix DIR" in done.stderr
+
+
+def test_an_interrupted_toolkit_install_is_redone(
+    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+) -> None:
+    prefix = tmp_path / "prefix"
+    args = ("--prefix", prefix, "--skip-venv", *local_files(art))
+    crashed = run_script(
+        script, *args, path=ok_path, tmp=tmp_path, env={"FAKE_CUDA_RUNFILE_CRASH": "1"}
+    )
+    assert crashed.rc == 1
+    assert "the CUDA runfile failed (exit 137)" in crashed.stderr
+    home = prefix / f"cuda-{SPEC.cuda.version}"
+    assert (home / "version.json").exists() and not (home / "lib64").exists()  # half unpacked
+    assert not (prefix / "etc").exists()
+    done = run_script(script, *args, path=ok_path, tmp=tmp_path)
+    assert done.rc == 0, done.out
+    assert "[toolkit] a previous run was interrupted while installing the toolkit" in done.stdout
+    assert (home / "lib64" / f"libcudnn.so.{SPEC.cudnn.major}").exists()
+    assert list((tmp_path / "scratch").iterdir()) == []  # the runfile's scratch space is cleaned up
+
+
+def test_a_toolkit_installed_by_someone_else_is_used(
+    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+) -> None:
+    home = tmp_path / "prefix" / f"cuda-{SPEC.cuda.version}"
+    subprocess.run(
+        ["sh", str(art.runfile), "--silent", "--toolkit", f"--toolkitpath={home}"],
+        check=True,
+        capture_output=True,
+    )
+    done = run_script(
+        script,
+        "--prefix",
+        tmp_path / "prefix",
+        "--skip-venv",
+        "--cudnn-archive",
+        art.cudnn_archive,
+        path=ok_path,
+        tmp=tmp_path,
+    )
+    assert done.rc == 0, done.out
+    assert "(not installed by this script; using it)" in done.stdout
+    assert "[verify] " + SPEC.cuda.runfile not in done.stdout  # no runfile needed, none fetched
+
+
+def test_an_older_archive_layout_is_unpacked(tmp_path: Path, art: Artifacts, ok_path: str) -> None:
+    """Older cuDNN shipped `cudnn-<cuda>-linux-x64-v<full>.tgz` holding cuda/include, cuda/lib64."""
+    old_name = f"cudnn-{SPEC.cuda.version}-linux-x64-v{SPEC.cudnn.full}.tgz"
+    cudnn = dataclasses.replace(SPEC.cudnn, archive=old_name)
+    archive = build_cudnn_archive(tmp_path / "old", cudnn)
+    spec = with_checksums(dataclasses.replace(SPEC, cudnn=cudnn), Artifacts(art.runfile, archive))
+    script = render_script(spec, tmp_path / "env")
+    done = run_script(
+        script,
+        "--prefix",
+        tmp_path / "prefix",
+        "--skip-venv",
+        "--runfile",
+        art.runfile,
+        "--cudnn-archive",
+        archive,
+        path=ok_path,
+        tmp=tmp_path,
+    )
+    assert done.rc == 0, done.out
+    lib = (
+        tmp_path
+        / "prefix"
+        / f"cuda-{SPEC.cuda.version}"
+        / "lib64"
+        / f"libcudnn.so.{SPEC.cudnn.major}"
+    )
+    assert elf_soname(lib) == lib.name
+
+
+def test_an_archive_of_another_cudnn_version_is_refused(
+    tmp_path: Path, art: Artifacts, ok_path: str
+) -> None:
+    from fakes.nvidia import linux_wheels
+
+    project = SPEC.cudnn.pip.partition("==")[0]
+    others = [
+        w.version
+        for w in linux_wheels(project)
+        if w.version.split(".")[0] == str(SPEC.cudnn.major) and w.version != SPEC.cudnn.full
+    ]
+    archive = build_cudnn_archive(tmp_path / "other", SPEC.cudnn, wheel_version=others[0])
+    spec = with_checksums(SPEC, Artifacts(art.runfile, archive))
+    script = render_script(spec, tmp_path / "env")
+    done = run_script(
+        script,
+        "--prefix",
+        tmp_path / "prefix",
+        "--skip-venv",
+        "--runfile",
+        art.runfile,
+        "--cudnn-archive",
+        archive,
+        path=ok_path,
+        tmp=tmp_path,
+    )
+    assert done.rc == 1
+    got = ".".join(others[0].split(".")[:3])
+    want = ".".join(SPEC.cudnn.full.split(".")[:3])
+    assert f"holds cuDNN {got}, not {want}" in done.stderr
+    assert not (
+        tmp_path / "prefix" / f"cuda-{SPEC.cuda.version}" / "include" / "cudnn_version.h"
+    ).exists()
+
+
+# --- downloads -----------------------------------------------------------------------------------
+
+
+class _RangeServer(http.server.ThreadingHTTPServer):
+    folder: Path
+    requests: list[tuple[str, str]]
+
+
+class _RangeHandler(http.server.BaseHTTPRequestHandler):
+    """Serves files from server.folder with Range support (curl -C - resumes against it)."""
+
+    server: _RangeServer
+
+    def do_GET(self) -> None:
+        path = self.server.folder / self.path.lstrip("/")
+        wanted = self.headers.get("Range", "")
+        self.server.requests.append((self.path, wanted))
+        if not path.is_file():
+            self.send_error(404)
+            return
+        data = path.read_bytes()
+        start = int(m.group(1)) if (m := re.fullmatch(r"bytes=(\d+)-", wanted)) else 0
+        if start >= len(data) and wanted:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{len(data)}")
+            self.end_headers()
+            return
+        self.send_response(206 if wanted else 200)
+        if wanted:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(len(data) - start))
+        self.end_headers()
+        self.wfile.write(data[start:])
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[_RangeServer]:
+    srv = _RangeServer(("127.0.0.1", 0), _RangeHandler)
+    srv.folder = tmp_path / "served"
+    srv.folder.mkdir()
+    srv.requests = []
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def served_spec(spec: EnvSpec, art: Artifacts, server: _RangeServer) -> EnvSpec:
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    spec = with_checksums(spec, art)
+    return dataclasses.replace(
+        spec,
+        cuda=dataclasses.replace(spec.cuda, runfile_url=f"{base}/{spec.cuda.runfile}"),
+        cudnn=dataclasses.replace(spec.cudnn, url=f"{base}/{spec.cudnn.archive}"),
+    )
+
+
+@pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
+def test_downloads_resume_and_are_verified(
+    tmp_path: Path, art: Artifacts, ok_path: str, server: _RangeServer
+) -> None:
+    shutil.copy(art.runfile, server.folder)
+    shutil.copy(art.cudnn_archive, server.folder)
+    script = render_script(served_spec(SPEC, art, server), tmp_path / "env")
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    half = art.runfile.stat().st_size // 2
+    (downloads / f"{SPEC.cuda.runfile}.part").write_bytes(art.runfile.read_bytes()[:half])
+    done = run_script(
+        script,
+        "--prefix",
+        tmp_path / "prefix",
+        "--skip-venv",
+        "--download-dir",
+        downloads,
+        path=ok_path,
+        tmp=tmp_path,
+    )
+    assert done.rc == 0, done.out
+    assert (f"/{SPEC.cuda.runfile}", f"bytes={half}-") in server.requests  # resumed, not restarted
+    assert sorted(p.name for p in downloads.iterdir()) == sorted(
+        [SPEC.cuda.runfile, SPEC.cudnn.archive]
+    )
+    assert (downloads / SPEC.cuda.runfile).read_bytes() == art.runfile.read_bytes()
+    assert f"[verify] {SPEC.cuda.runfile}: sha256 ok" in done.stdout
+
+
+@pytest.mark.skipif(not shutil.which("curl"), reason="needs curl")
+def test_a_failing_download_fails_clearly_and_installs_nothing(
+    tmp_path: Path, art: Artifacts, ok_path: str, server: _RangeServer
+) -> None:
+    shutil.copy(art.runfile, server.folder)  # the cuDNN archive is missing: HTTP 404
+    script = render_script(served_spec(SPEC, art, server), tmp_path / "env")
+    prefix = tmp_path / "prefix"
+    done = run_script(script, "--prefix", prefix, "--skip-venv", path=ok_path, tmp=tmp_path)
+    assert done.rc == 1
+    assert re.search(
+        r"error: download failed \(exit 22\): http://127\.0\.0\.1:\d+/"
+        + re.escape(SPEC.cudnn.archive),
+        done.stderr,
+    )
+    assert not (prefix / f"cuda-{SPEC.cuda.version}").exists()
+    assert not (prefix / "etc").exists()
+
+
+# --- the venv ------------------------------------------------------------------------------------
+
+
+def test_venv_with_a_pinned_package_then_nothing_to_do(
+    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+) -> None:
+    prefix = tmp_path / "prefix"
+    args = ("--prefix", prefix, "--python", sys.executable, *local_files(art))
+    env = {"PROVISION_VENV_PACKAGE": TINY}
+    first = run_script(script, *args, path=ok_path, tmp=tmp_path, env=env)
+    assert first.rc == 0, first.out
+    venv = prefix / "venvs" / SPEC.name
+    got = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import six; print(six.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert got.stdout.strip() == TINY.partition("==")[2]
+    assert f"[venv] {venv} has six {TINY.partition('==')[2]}" in first.stdout
+    before = snapshot(prefix)
+    again = run_script(script, *args, path=ok_path, tmp=tmp_path, env=env)
+    assert again.rc == 0, again.out
+    assert f"[venv] nothing to do: {venv} has six" in again.stdout
+    assert snapshot(prefix) == before
+
+
+def test_venv_from_the_lock_with_hashes(
+    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), TINY],
+        check=True,
+    )
+    (wheel,) = wheels.iterdir()
+    lock = script.parent / "requirements.lock"
+    args = ("--prefix", tmp_path / "prefix", "--python", sys.executable, *local_files(art))
+    env = {"PROVISION_VENV_PACKAGE": TINY}
+
+    lock.write_text(f"{TINY} --hash=sha256:{'0' * 64}\n")
+    refused = run_script(script, *args, path=ok_path, tmp=tmp_path, env=env)
+    assert refused.rc == 1
+    assert "--require-hashes -r" in refused.stdout
+    assert "THESE PACKAGES DO NOT MATCH THE HASHES" in refused.stderr
+
+    lock.write_text(f"{TINY} --hash=sha256:{sha256_file(wheel)}\n")
+    done = run_script(script, *args, path=ok_path, tmp=tmp_path, env=env)
+    assert done.rc == 0, done.out
+    assert "[venv] a previous" not in done.stdout
+    assert f"has six {TINY.partition('==')[2]}" in done.stdout
+
+
+def test_a_python_the_release_does_not_support_is_refused(
+    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+) -> None:
+    fake = tmp_path / "python-too-old"
+    fake.write_text('#!/bin/sh\necho "2.7"\n')
+    fake.chmod(0o755)
+    done = run_script(
+        script,
+        "--prefix",
+        tmp_path / "prefix",
+        "--python",
+        fake,
+        *local_files(art),
+        path=ok_path,
+        tmp=tmp_path,
+    )
+    assert done.rc == 1
+    assert (
+        f"is Python 2.7; TensorFlow {SPEC.release.pin} supports Python "
+        f"{' '.join(SPEC.release.python)}" in done.stderr
+    )
+    assert not (tmp_path / "prefix").exists()
+
+
+@pytest.mark.slow
+def test_venv_with_the_real_tensorflow_pin(
+    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+) -> None:
+    """No override: `tensorflow==<pin>` from the index, imported with the toolkit's paths."""
+    python = shutil.which(f"python{SPEC.python}")
+    if python is None:
+        pytest.skip(f"no python{SPEC.python} on this host")
+    prefix = tmp_path / "prefix"
+    done = run_script(
+        script,
+        "--prefix",
+        prefix,
+        "--python",
+        python,
+        *local_files(art),
+        path=ok_path,
+        tmp=tmp_path,
+    )
+    assert done.rc == 0, done.out
+    venv_python = prefix / "venvs" / SPEC.name / "bin" / "python"
+    profile = prefix / "etc" / "profile.d" / f"provision-cuda-{SPEC.cuda.version}.sh"
+    shown = subprocess.run(
+        [
+            "sh",
+            "-c",
+            f'. "{profile}"; exec "{venv_python}" -c "{IMPORT_TF}"',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    assert shown.stdout.strip().splitlines()[-1] == SPEC.release.pin
