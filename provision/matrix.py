@@ -7,6 +7,7 @@ must stay as fast as `import click, jinja2`.
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from dataclasses import dataclass, field
 from functools import cache
@@ -68,7 +69,7 @@ class Cudnn:
     archive: str
     url: str
     sha256: str
-    conda_forge: str  # conda-forge `cudnn` version to use, "" when conda-forge has no compatible build
+    conda_forge: str  # conda-forge `cudnn` version to use, "" when it has no compatible build
     pip: str  # exact pip requirement for the NVIDIA wheel, "" when none exists on PyPI
     sources: tuple[str, ...]
     note: str = ""
@@ -118,6 +119,7 @@ class CondaForge:
     cuda12_packages: tuple[str, ...]
     cudnn: tuple[CondaForgeCudnn, ...]
     sources: tuple[str, ...]
+    note: str = ""
 
     def cudnn_for(self, version: str, cuda_major: int) -> CondaForgeCudnn | None:
         for row in self.cudnn:
@@ -180,7 +182,8 @@ class _Row:
     """Reads one table of the data file, naming the row and field in every error."""
 
     def __init__(self, where: str, raw: dict[str, Any]):
-        self.where, self.raw, self.seen = where, raw, set()
+        self.where, self.raw = where, raw
+        self.seen: set[str] = set()
 
     def get(self, key: str, kind: type, default: Any = ...) -> Any:
         self.seen.add(key)
@@ -199,7 +202,8 @@ class _Row:
             try:
                 Version(value)
             except InvalidVersion as exc:
-                raise MatrixError(f"{self.where}: field {key!r}: {value!r} is not a version") from exc
+                msg = f"{self.where}: field {key!r}: {value!r} is not a version"
+                raise MatrixError(msg) from exc
         return value
 
     def strings(self, key: str, default: Any = ...) -> tuple[str, ...]:
@@ -257,8 +261,9 @@ def parse(raw: dict[str, Any]) -> Matrix:
     for item in top.get("cudnn", list):
         r = _Row(f"cudnn {item.get('version', '?')}", item)
         row_d = Cudnn(
-            r.version("version"), r.version("full"), r.get("cuda_major", int), r.get("archive", str),
-            r.get("url", str), r.get("sha256", str), r.version("conda_forge"), r.get("pip", str),
+            r.version("version"), r.version("full"), r.get("cuda_major", int),
+            r.get("archive", str), r.get("url", str), r.get("sha256", str),
+            r.version("conda_forge"), r.get("pip", str),
             cited(r), r.get("note", str, ""),
         )
         r.done()
@@ -270,11 +275,14 @@ def parse(raw: dict[str, Any]) -> Matrix:
     forge_cudnn = []
     for i, item in enumerate(cf.get("cudnn", list)):
         r = _Row(f"conda_forge.cudnn[{i}]", item)
-        forge_cudnn.append(CondaForgeCudnn(r.version("version"), r.get("cuda_major", int), cited(r)))
+        forge_cudnn.append(
+            CondaForgeCudnn(r.version("version"), r.get("cuda_major", int), cited(r))
+        )
         r.done()
     forge = CondaForge(
         tuple(cf.strings("cudatoolkit")), tuple(cf.strings("cuda_version")),
         tuple(cf.strings("cuda12_packages")), tuple(forge_cudnn), cited(cf),
+        cf.get("note", str, ""),
     )
     cf.done()
 
@@ -310,42 +318,134 @@ def _validate(
         seen.add(rel.tf)
         if previous is not None and rel.key <= previous:
             raise MatrixError(f"{where}: releases must be in ascending order")
+        if (
+            previous is not None
+            and rel.key.major == previous.major
+            and rel.key.minor != previous.minor + 1
+        ):
+            # A gap is a release nobody checked; users would be told it is not in the matrix.
+            raise MatrixError(f"{where}: gap after {previous}: every minor release needs a row")
         previous = rel.key
-        if _minor_of(rel.latest) != rel.tf or _minor_of(rel.pin) != rel.tf:
-            raise MatrixError(f"{where}: latest/pin {rel.latest}/{rel.pin} are not {rel.tf}.x")
-        pys = [Version(p) for p in rel.python]
-        if not pys or pys != sorted(pys) or len(set(pys)) != len(pys):
-            raise MatrixError(f"{where}: python must be a non-empty ascending list, got {rel.python}")
-        if rel.cuda not in cudas:
-            raise MatrixError(f"{where}: cuda {rel.cuda} has no [[cuda]] row")
-        if rel.cudnn not in cudnns:
-            raise MatrixError(f"{where}: cudnn {rel.cudnn} has no [[cudnn]] row")
-        if cudnns[rel.cudnn].cuda_major != cudas[rel.cuda].major:
-            raise MatrixError(f"{where}: cudnn {rel.cudnn} is not built for CUDA {rel.cuda}")
-        for name, ver in rel.pip_wheels.items():
-            try:
-                Version(ver)
-            except InvalidVersion as exc:
-                raise MatrixError(f"{where}: pip_wheels {name}: {ver!r} is not a version") from exc
+        _validate_release(rel, cudas, cudnns)
     for cu in cudas.values():
-        where = f"cuda {cu.version}"
-        if _minor_of(cu.full) != cu.version:
-            raise MatrixError(f"{where}: full {cu.full} is not {cu.version}.x")
-        if cu.major == 11:
-            tk = cu.conda.get("cudatoolkit", "")
-            if tk not in forge.cudatoolkit:
-                raise MatrixError(f"{where}: conda-forge has no cudatoolkit {tk!r}")
-        else:
-            cv = cu.conda.get("cuda_version", "")
-            if "cudatoolkit" in cu.conda:
-                raise MatrixError(f"{where}: conda-forge has no cudatoolkit for CUDA {cu.major}")
-            if cv not in forge.cuda_version:
-                raise MatrixError(f"{where}: conda-forge has no cuda-version {cv!r}")
+        _validate_cuda(cu, forge)
     for dn in cudnns.values():
-        where = f"cudnn {dn.version}"
-        if _minor_of(dn.full) != dn.version:
-            raise MatrixError(f"{where}: full {dn.full} is not {dn.version}.x")
-        if dn.conda_forge and forge.cudnn_for(dn.conda_forge, dn.cuda_major) is None:
+        _validate_cudnn(dn, forge)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_MD5 = re.compile(r"[0-9a-f]{32}")
+_ARCH = re.compile(r"(sm|compute)_(\d)(\d+)")
+
+
+def _validate_release(rel: Release, cudas: dict[str, Cuda], cudnns: dict[str, Cudnn]) -> None:
+    where = f"release {rel.tf}"
+    if _minor_of(rel.latest) != rel.tf or _minor_of(rel.pin) != rel.tf:
+        raise MatrixError(f"{where}: latest/pin {rel.latest}/{rel.pin} are not {rel.tf}.x")
+    if Version(rel.pin) > Version(rel.latest):
+        raise MatrixError(f"{where}: field 'pin' {rel.pin} is newer than latest {rel.latest}")
+    pys = [Version(p) for p in rel.python]
+    if not pys or pys != sorted(pys) or len(set(pys)) != len(pys):
+        raise MatrixError(f"{where}: python must be a non-empty ascending list, got {rel.python}")
+    if rel.cuda not in cudas:
+        raise MatrixError(f"{where}: cuda {rel.cuda} has no [[cuda]] row")
+    if rel.cudnn not in cudnns:
+        raise MatrixError(f"{where}: cudnn {rel.cudnn} has no [[cudnn]] row")
+    cuda = cudas[rel.cuda]
+    if cudnns[rel.cudnn].cuda_major != cuda.major:
+        raise MatrixError(f"{where}: cudnn {rel.cudnn} is not built for CUDA {rel.cuda}")
+    archs = [_ARCH.fullmatch(t) for t in rel.compute_targets]
+    if not archs or not all(archs):
+        raise MatrixError(
+            f"{where}: field 'compute_targets' must be sm_XY/compute_XY names, got "
+            f"{list(rel.compute_targets)}"
+        )
+    lowest = min((int(m[2]), int(m[3])) for m in archs if m)
+    if Version(rel.compute_min) != Version(f"{lowest[0]}.{lowest[1]}"):
+        raise MatrixError(
+            f"{where}: field 'compute_min' {rel.compute_min} is not the lowest of compute_targets "
+            f"({lowest[0]}.{lowest[1]})"
+        )
+    for name, ver in rel.pip_wheels.items():
+        try:
+            Version(ver)
+        except InvalidVersion as exc:
+            raise MatrixError(f"{where}: pip_wheels {name}: {ver!r} is not a version") from exc
+        if not name.endswith(f"-{cuda.pip_suffix}"):
+            raise MatrixError(f"{where}: pip_wheels {name} is not a CUDA {cuda.major} wheel")
+        if name.startswith("nvidia-cudnn-") and _minor_of(ver) != rel.cudnn:
+            raise MatrixError(f"{where}: pip_wheels {name}=={ver} is not cuDNN {rel.cudnn}")
+    _validate_and_cuda(rel, where)
+
+
+def _validate_and_cuda(rel: Release, where: str) -> None:
+    """Every NVIDIA wheel the extra names is pinned in pip_wheels, inside the extra's range."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for text in rel.and_cuda:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise MatrixError(f"{where}: and_cuda {text!r} is not a requirement: {exc}") from exc
+        if req.marker is None or not req.marker.evaluate({"extra": "and-cuda"}):
+            raise MatrixError(f"{where}: and_cuda {text!r} is not part of the and-cuda extra")
+        if not req.name.startswith("nvidia-"):
+            continue  # TensorRT and friends: the pip path leaves them out (see the row's note)
+        pinned = rel.pip_wheels.get(req.name)
+        if pinned is None:
+            raise MatrixError(f"{where}: pip_wheels does not pin {req.name} (and_cuda requires it)")
+        if not req.specifier.contains(pinned, prereleases=True):
             raise MatrixError(
-                f"{where}: conda-forge has no cudnn {dn.conda_forge} for CUDA {dn.cuda_major}"
+                f"{where}: pip_wheels {req.name}=={pinned} is outside and_cuda {req.specifier}"
             )
+
+
+def _validate_cuda(cu: Cuda, forge: CondaForge) -> None:
+    where = f"cuda {cu.version}"
+    if _minor_of(cu.full) != cu.version:
+        raise MatrixError(f"{where}: full {cu.full} is not {cu.version}.x")
+    if Version(cu.driver_compat_min) > Version(cu.driver_min):
+        raise MatrixError(
+            f"{where}: field 'driver_compat_min' {cu.driver_compat_min} is above driver_min "
+            f"{cu.driver_min}"
+        )
+    if not cu.runfile_url.endswith("/" + cu.runfile):
+        raise MatrixError(f"{where}: field 'runfile_url' does not end in {cu.runfile!r}")
+    _check_digest(where, "runfile_sha256", cu.runfile_sha256, _SHA256)
+    _check_digest(where, "runfile_md5", cu.runfile_md5, _MD5)
+    if not (cu.runfile_sha256 or cu.runfile_md5 or cu.note):
+        # The system install script refuses such rows; the note must say why none was found.
+        raise MatrixError(f"{where}: no runfile_sha256 or runfile_md5, and no note saying why")
+    if cu.major == 11:
+        tk = cu.conda.get("cudatoolkit", "")
+        if tk not in forge.cudatoolkit:
+            raise MatrixError(f"{where}: conda-forge has no cudatoolkit {tk!r}")
+    else:
+        cv = cu.conda.get("cuda_version", "")
+        if "cudatoolkit" in cu.conda:
+            raise MatrixError(f"{where}: conda-forge has no cudatoolkit for CUDA {cu.major}")
+        if cv not in forge.cuda_version:
+            raise MatrixError(f"{where}: conda-forge has no cuda-version {cv!r}")
+
+
+def _validate_cudnn(dn: Cudnn, forge: CondaForge) -> None:
+    where = f"cudnn {dn.version}"
+    if _minor_of(dn.full) != dn.version:
+        raise MatrixError(f"{where}: full {dn.full} is not {dn.version}.x")
+    if not dn.url.endswith("/" + dn.archive):
+        raise MatrixError(f"{where}: field 'url' does not end in {dn.archive!r}")
+    _check_digest(where, "sha256", dn.sha256, _SHA256)
+    if not (dn.sha256 or dn.note):
+        raise MatrixError(f"{where}: no sha256, and no note saying why")
+    wheel = f"nvidia-cudnn-cu{dn.cuda_major}=={dn.full}"
+    if dn.pip and dn.pip != wheel:
+        raise MatrixError(f"{where}: field 'pip' must be {wheel!r} or empty, got {dn.pip!r}")
+    if dn.conda_forge and forge.cudnn_for(dn.conda_forge, dn.cuda_major) is None:
+        raise MatrixError(
+            f"{where}: conda-forge has no cudnn {dn.conda_forge} for CUDA {dn.cuda_major}"
+        )
+
+
+def _check_digest(where: str, field_name: str, value: str, shape: re.Pattern[str]) -> None:
+    if value and not shape.fullmatch(value):
+        raise MatrixError(f"{where}: field {field_name!r}: {value!r} is not a hex digest")

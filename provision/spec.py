@@ -53,6 +53,13 @@ class EnvSpec:
         return self.release.pin
 
     @property
+    def nvidia_wheels(self) -> bool:
+        """Whether NVIDIA's pip wheels (site-packages/nvidia/*/lib) hold libraries the env needs."""
+        return any(
+            req.startswith("nvidia-") or "[and-cuda]" in req for req in self.pip_requirements
+        )
+
+    @property
     def ptxas_source(self) -> str:
         """Where ptxas/libdevice come from on this path ('' when no source exists)."""
         deps = self.conda_dependencies + self.pip_requirements
@@ -104,7 +111,11 @@ def _conda_parts(matrix: Matrix, release: Release, python: str) -> tuple[tuple[s
 
 
 def _pip_parts(release: Release) -> tuple[str, ...]:
-    tf = f"tensorflow[and-cuda]=={release.pin}" if release.and_cuda else f"tensorflow=={release.pin}"
+    # The and-cuda extra names the same NVIDIA wheels we pin below; where it also pulls TensorRT
+    # (which TensorFlow's GPU path does not need and PyPI does not ship for every Python), the
+    # plain pin plus those wheels is the equivalent that resolves.
+    extra = release.and_cuda and not any(r.startswith("tensorrt") for r in release.and_cuda)
+    tf = f"tensorflow[and-cuda]=={release.pin}" if extra else f"tensorflow=={release.pin}"
     return (tf, *(f"{n}=={v}" for n, v in sorted(release.pip_wheels.items())))
 
 
@@ -152,9 +163,27 @@ def resolve(
         cudnn=cudnn,
         conda_dependencies=conda_deps,
         pip_requirements=pip_reqs,
-        virtual_packages={"__cuda": cuda.version, "__glibc": release.glibc_min},
+        virtual_packages=_virtual_packages(cuda, release),
         gpu=gpu,
     )
+
+
+def _virtual_packages(cuda: Cuda, release: Release) -> dict[str, str]:
+    """What a linux-64 host with this release's GPU stack offers the solver (virtual-packages.yml).
+
+    A virtual-packages.yml replaces the solver's defaults entirely, so __unix, __linux and
+    __archspec must be listed too: noarch packages depend on __unix/__linux. __linux is "0",
+    conda's own value when it cannot read the kernel version: a package that asks for a kernel
+    version then fails to solve, visibly, instead of claiming a newer kernel than the target
+    host has and letting the solver pick packages that host cannot run.
+    """
+    return {
+        "__archspec": "1 x86_64",
+        "__cuda": cuda.version,
+        "__glibc": release.glibc_min,
+        "__linux": "0",
+        "__unix": "0",
+    }
 
 
 def _check_gpu_policy(gpu: GpuPolicy) -> None:
