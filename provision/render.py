@@ -1,0 +1,444 @@
+"""Rendering: an EnvSpec becomes the files of envs/<name>/.
+
+`render(spec, matrix)` is pure (spec in, {relative path: text} out). Writing is separate and
+atomic: a whole environment directory is written next to its target and renamed into place, so an
+interrupted render leaves the previous files. `run()` is what `provision render` calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from provision import matrix as matrix_module
+from provision.errors import RenderError, UsageError
+from provision.matrix import Matrix
+from provision.spec import (
+    PATHS,
+    EnvSpec,
+    GpuPolicy,
+    all_specs,
+    default_name,
+    expected,
+    refusal,
+    resolve,
+)
+
+if TYPE_CHECKING:
+    import jinja2
+
+META = "provision.json"
+# Written by `provision lock`, never rendered: carried over when an environment is re-rendered.
+LOCK_FILES = ("conda-lock.yml", "requirements.lock")
+HEADER = "common/header.j2"
+SUFFIX = ".j2"
+SCHEMA = 1
+
+
+def templates_dir() -> Path:
+    """Templates ship inside the wheel (force-included); a source checkout keeps them at the top."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "templates"
+    return packaged if packaged.is_dir() else here.parent / "templates"
+
+
+def family(spec: EnvSpec) -> str:
+    """The template family of a spec: the conda path has one per CUDA major."""
+    return f"conda-cuda{spec.cuda.major}" if spec.path == "conda" else spec.path
+
+
+def regen_command(spec: EnvSpec) -> str:
+    """The exact command that renders this environment directory again."""
+    rel = spec.release
+    argv = ["provision", "render", "--tf", rel.tf, "--path", spec.path]
+    explicit_python = spec.python != rel.python[-1]
+    if explicit_python:
+        argv += ["--python", spec.python]
+    if spec.name != default_name(rel, spec.path, spec.python if explicit_python else None):
+        argv += ["--name", spec.name]
+    if spec.gpu.memory:
+        argv += ["--gpu-memory", spec.gpu.memory]
+    if spec.gpu.devices:
+        argv += ["--gpus", spec.gpu.devices]
+    return shlex.join(argv)
+
+
+def _tojson(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _pyrepr(value: Any) -> str:
+    """A Python literal (JSON's null/true/false are not Python); one sorted key a line."""
+    if isinstance(value, dict):
+        items = "".join(f"    {k!r}: {v!r},\n" for k, v in sorted(value.items()))
+        return "{\n" + items + "}"
+    return repr(value)
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates under the user's cache folder: compiling them is most of a render.
+
+    Entries are keyed by each template's source checksum and the Python version, so a stale entry
+    is never used; without a writable cache folder, templates are compiled every time.
+    """
+    import jinja2
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(base, "provision", "jinja")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return None
+    return jinja2.FileSystemBytecodeCache(folder)
+
+
+@cache
+def _environment(root: Path) -> jinja2.Environment:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(root)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        auto_reload=False,  # one process renders once; no need to stat every template again
+        bytecode_cache=_bytecode_cache(),
+    )
+    env.filters["shquote"] = shlex.quote
+    env.filters["tojson"] = _tojson
+    env.filters["pyrepr"] = _pyrepr
+    return env
+
+
+@cache
+def _outputs(root: Path, fam: str) -> dict[str, str]:
+    """Output path -> template name for common/ plus the family; the family wins on a clash."""
+    found: dict[str, str] = {}
+    for base in ("common", fam):
+        folder = root / base
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.rglob(f"*{SUFFIX}")):
+            rel = path.relative_to(folder)
+            name = f"{base}/{rel.as_posix()}"
+            if name == HEADER or any(part.startswith("_") for part in rel.parts):
+                continue
+            found[rel.as_posix()[: -len(SUFFIX)]] = name
+    return dict(sorted(found.items()))
+
+
+@cache
+def _smoke_source() -> str:
+    return (Path(__file__).parent / "smoke_test.py").read_text(encoding="utf-8")
+
+
+def render(spec: EnvSpec, matrix: Matrix) -> dict[str, str]:
+    """Every file of envs/<spec.name>/ (relative path -> text), provision.json included."""
+    import jinja2
+
+    root = templates_dir()
+    env = _environment(root)
+    context = {
+        "spec": spec,
+        "expected": expected(spec),
+        "regen": regen_command(spec),
+        "matrix": matrix,
+        "smoke_source": _smoke_source(),
+    }
+    files: dict[str, str] = {}
+    for out_path, name in _outputs(root, family(spec)).items():
+        try:
+            text = env.get_template(name).render(context)
+        except jinja2.TemplateError as exc:
+            line = f":{exc.lineno}" if isinstance(exc, jinja2.TemplateSyntaxError) else ""
+            raise RenderError(f"template {name}{line}: {exc.message}") from exc
+        if text.strip():
+            files[out_path] = text
+    files[META] = _meta(spec, files)
+    return files
+
+
+def _meta(spec: EnvSpec, files: Mapping[str, str]) -> str:
+    data = {
+        "comment": "Written by provision render: the request and a sha256 of every rendered file "
+        "(hand edits are detected against these). Do not edit by hand.",
+        "schema": SCHEMA,
+        "regen": regen_command(spec),
+        "request": {
+            "tf": spec.release.tf,
+            "path": spec.path,
+            "python": spec.python,
+            "name": spec.name,
+            "gpu_memory": spec.gpu.memory,
+            "gpus": spec.gpu.devices,
+        },
+        "files": {path: _sha256(text.encode()) for path, text in sorted(files.items())},
+    }
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- writing and checking ---------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    """What `provision render` prints, and whether it succeeded."""
+
+    lines: list[str] = field(default_factory=list)
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class _OnDisk:
+    """An environment directory as it is now: its files and what provision.json says about them."""
+
+    files: dict[str, bytes]  # relative path -> content, lock files excluded
+    recorded: dict[str, str]  # relative path -> sha256 when last rendered
+
+    @classmethod
+    def read(cls, folder: Path) -> _OnDisk | None:
+        if not folder.is_dir():
+            return None
+        files: dict[str, bytes] = {}
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if path.is_file() and rel not in LOCK_FILES:
+                try:
+                    files[rel] = path.read_bytes()
+                except OSError as exc:
+                    raise RenderError(f"cannot read {path}: {exc.strerror}") from exc
+        recorded: dict[str, str] = {}
+        try:
+            meta = json.loads(files.get(META, b"{}"))
+        except (ValueError, UnicodeDecodeError):
+            meta = {}  # then every file counts as not rendered by provision
+        if isinstance(meta, dict) and isinstance(meta.get("files"), dict):
+            recorded = {str(k): str(v) for k, v in meta["files"].items()}
+        return cls(files, recorded)
+
+    def edited(self, new: Mapping[str, str]) -> list[str]:
+        """Files that are neither what is about to be written nor what provision last rendered.
+
+        provision.json is provision's own record (it cannot hold its own hash), so it never counts.
+        """
+        return [
+            rel
+            for rel, data in self.files.items()
+            if rel != META
+            and not (rel in new and new[rel].encode() == data)
+            and self.recorded.get(rel) != _sha256(data)
+        ]
+
+
+def _display(out: Path, *parts: str) -> str:
+    return out.joinpath(*parts).as_posix()
+
+
+def run(
+    *,
+    out: Path,
+    tf: str | None,
+    path: str,
+    python: str | None,
+    name: str | None,
+    all_: bool,
+    check: bool,
+    force: bool,
+    gpu_memory: str | None,
+    gpus: str | None,
+) -> Result:
+    """`provision render`: resolve the request, render everything in memory, then check or write."""
+    m = matrix_module.load()
+    result = Result()
+    if all_:
+        if tf or python or name or gpu_memory or gpus:
+            raise UsageError(
+                "--all renders every release at its defaults; drop --tf/--python/"
+                "--name/--gpu-memory/--gpus, or render one release with --tf"
+            )
+        specs = all_specs(m)
+        for rel in m.releases:
+            for kind in PATHS:
+                why = refusal(m, rel, kind)
+                if why:
+                    result.lines.append(f"skipped {default_name(rel, kind)}: {why}")
+    else:
+        if not tf:
+            raise UsageError("give either --tf X.Y or --all")
+        specs = [resolve(m, tf, path, python, name, GpuPolicy(gpu_memory, gpus))]
+    rendered = {s.name: render(s, m) for s in specs}
+    _check_out_dir(out, writing=not check)
+    if check:
+        _check(out, rendered, all_, result)
+    else:
+        _write_all(out, rendered, all_, force, result)
+    return result
+
+
+def _check_out_dir(out: Path, *, writing: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise RenderError(f"--out {out} is a file, not a directory")
+    if not writing:
+        return
+    existing = out
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RenderError(f"--out {out}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RenderError(f"--out {out}: {existing} is not writable")
+
+
+def _extra_dirs(out: Path, names: Iterable[str]) -> list[str]:
+    if not out.is_dir():
+        return []
+    wanted = set(names)
+    return sorted(
+        p.name
+        for p in out.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and p.name not in wanted
+    )
+
+
+def _check(
+    out: Path, rendered: Mapping[str, Mapping[str, str]], all_: bool, result: Result
+) -> None:
+    stale = 0
+    for env_name, files in rendered.items():
+        disk = _OnDisk.read(out / env_name)
+        if disk is None:
+            result.lines.append(f"missing: {_display(out, env_name)} (not rendered)")
+            stale += 1
+            continue
+        problems = []
+        edited = set(disk.edited({}))
+        for rel, text in files.items():
+            if rel not in disk.files:
+                problems.append(f"missing: {_display(out, env_name, rel)}")
+            elif disk.files[rel] != text.encode():
+                what = "edited" if rel in edited else "stale"
+                suffix = " (changed by hand since rendering)" if what == "edited" else ""
+                problems.append(f"{what}: {_display(out, env_name, rel)}{suffix}")
+        for rel in disk.files:
+            if rel not in files:
+                problems.append(f"extra: {_display(out, env_name, rel)}")
+        if problems:
+            stale += 1
+            result.lines.extend(problems)
+        else:
+            result.lines.append(f"fresh {_display(out, env_name)} ({len(files)} files)")
+    if all_:
+        for extra in _extra_dirs(out, rendered):
+            result.lines.append(f"extra: {_display(out, extra)} (not produced by --all)")
+            stale += 1
+    if stale:
+        result.ok = False
+        again = "provision render --all" if all_ else "the command in each file's header"
+        result.lines.append(f"{stale} environment(s) not as rendered; regenerate with {again}")
+
+
+def _write_all(
+    out: Path, rendered: Mapping[str, Mapping[str, str]], all_: bool, force: bool, result: Result
+) -> None:
+    # Refuse before writing anything: a render either replaces every hand edit (--force) or none.
+    plans: dict[str, _OnDisk | None] = {}
+    conflicts: list[str] = []
+    for env_name, files in rendered.items():
+        if (out / env_name).exists() and not (out / env_name).is_dir():
+            raise RenderError(f"{_display(out, env_name)} is a file, not an environment directory")
+        disk = _OnDisk.read(out / env_name)
+        plans[env_name] = disk
+        if disk is not None:
+            conflicts += [_display(out, env_name, rel) for rel in disk.edited(files)]
+    if conflicts and not force:
+        shown = ", ".join(conflicts[:5]) + (
+            f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
+        )
+        them = "them" if len(conflicts) > 1 else "it"
+        raise RenderError(
+            f"{shown}: edited by hand or not rendered by provision; move {them} away, "
+            f"or re-run with --force to overwrite {them}"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RenderError(f"cannot create --out {out}: {exc.strerror}") from exc
+    for env_name, files in rendered.items():
+        disk = plans[env_name]
+        where = _display(out, env_name)
+        if disk is not None and disk.files == {k: v.encode() for k, v in files.items()}:
+            result.lines.append(f"unchanged {where} ({len(files)} files)")
+            continue
+        _write_env(out, env_name, files)
+        result.lines.append(f"rendered {where} ({len(files)} files)")
+    if all_:
+        for extra in _extra_dirs(out, rendered):
+            result.lines.append(
+                f"extra: {_display(out, extra)} is not produced by --all (left as it is)"
+            )
+
+
+@cache
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _write_env(out: Path, env_name: str, files: Mapping[str, str]) -> None:
+    """Write the directory beside its target, then swap it in; the old one survives any failure."""
+    target = out / env_name
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{env_name}.render-", dir=out))
+    except OSError as exc:
+        raise RenderError(f"cannot write into {out}: {exc.strerror}") from exc
+    old = out / f".{env_name}.old-{tmp.name.rsplit('-', 1)[-1]}"
+    swapped = False
+    try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; an env dir is an ordinary one
+        for folder in sorted({os.path.dirname(rel) for rel in files} - {""}):
+            (tmp / folder).mkdir(parents=True, exist_ok=True)
+        for rel, text in files.items():
+            # The umask applies to this mode; scripts with a shebang are executable.
+            mode = 0o777 if text.startswith("#!") else 0o666
+            with open(os.open(tmp / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
+                f.write(text.encode())
+        for lock in LOCK_FILES:
+            if (target / lock).is_file():
+                shutil.copy2(target / lock, tmp / lock)
+        if not target.exists():
+            os.rename(tmp, target)
+            return
+        os.rename(target, old)
+        try:
+            os.rename(tmp, target)
+        except BaseException:
+            os.rename(old, target)
+            raise
+        swapped = True
+    except OSError as exc:
+        raise RenderError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        # Only once the new directory is in place may the old one go.
+        if swapped:
+            shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,63 @@
+"""Real TensorFlow venvs for slow tests and benchmarks, built once and cached.
+
+Each lives in $PROVISION_TEST_CACHE/venvs or ~/.cache/provision-tests/venvs as tf<pin>-py<X.Y>:
+plain `pip install tensorflow==<pin>` (the CUDA build; without a GPU it runs on the CPU) into a
+venv of the newest Python the release supports that is at most 3.12, the GPU machine's Python.
+A venv is built under a temporary name and renamed into place only when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from packaging.version import Version
+
+from provision import install
+from provision.matrix import Release
+
+NEWEST_PYTHON = Version("3.12")
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("PROVISION_TEST_CACHE")
+    base = Path(configured) if configured else Path.home() / ".cache" / "provision-tests"
+    return base / "venvs"
+
+
+def python_for(release: Release) -> str:
+    usable = [v for v in release.python if Version(v) <= NEWEST_PYTHON]
+    return sorted(usable or release.python, key=Version)[-1]
+
+
+def venv_dir(release: Release) -> Path:
+    return cache_dir() / f"tf{release.pin}-py{python_for(release)}"
+
+
+def ensure(release: Release) -> Path:
+    """The venv's interpreter, building the venv first when it is missing (minutes, ~2 GB)."""
+    final = venv_dir(release)
+    python = final / "bin" / "python"
+    if python.exists():
+        return python
+    base = install.find_python(python_for(release))
+    tmp = final.with_name(final.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(base), "-m", "venv", str(tmp)], check=True)
+    subprocess.run(
+        [
+            str(tmp / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            f"tensorflow=={release.pin}",
+        ],
+        check=True,
+        timeout=3600,
+    )
+    tmp.rename(final)
+    return python
