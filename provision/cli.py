@@ -117,6 +117,240 @@ def render_cmd(
         sys.exit(1)
 
 
+@cli.command("lock")
+@click.argument("name")
+@out_option
+@click.option(
+    "--platform", "platforms", multiple=True, metavar="SUBDIR",
+    help="Target platform (repeatable; default: the spec's, linux-64).",
+)  # fmt: skip
+@click.option(
+    "--channel", "channels", multiple=True, metavar="URL",
+    help="Replace the environment's channels (repeatable; recorded in the lock).",
+)  # fmt: skip
+@click.option(
+    "--solver", type=click.Choice(("auto", "conda", "mamba", "micromamba", "builtin")),
+    default="auto", show_default=True,
+    help="conda path: what conda-lock solves with (auto: the host's, else the built-in one).",
+)  # fmt: skip
+@click.option("--check", is_flag=True, help="Lock nothing; exit 1 when the lock is stale.")
+@click.option(
+    "--cache-dir", type=click.Path(path_type=Path, file_okay=False),
+    help="Where conda-lock, the solver and uv cache (default: the user's cache).",
+)  # fmt: skip
+def lock_cmd(
+    name: str,
+    out: Path,
+    platforms: tuple[str, ...],
+    channels: tuple[str, ...],
+    solver: str,
+    check: bool,
+    cache_dir: Path | None,
+) -> None:
+    """Lock envs/NAME: conda-lock.yml (conda path), requirements.lock with hashes (pip, system)."""
+    from provision import lock
+
+    result = lock.run(
+        out, name, platforms=platforms, channels=channels, solver=solver, check=check,
+        cache_dir=cache_dir,
+    )  # fmt: skip
+    for line in result.lines:
+        click.echo(line)
+    if not result.ok:
+        sys.exit(1)
+
+
+@cli.command("install", context_settings={"ignore_unknown_options": False})
+@click.argument("name")
+@out_option
+@click.option("--prefix", type=click.Path(path_type=Path), help="Build here, not in the default.")
+@click.option("--force", is_flag=True, help="Rebuild even when the environment is complete.")
+@click.option(
+    "--installer", type=click.Choice(("auto", "uv", "pip")), default="auto", show_default=True,
+    help="pip path: what installs the lock into the venv (auto: uv, pip when uv is missing).",
+)  # fmt: skip
+@click.option("--solver", default="auto", show_default=True, help="conda path: the solver.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.argument("script_args", nargs=-1, metavar="[-- INSTALL.SH OPTIONS]")
+def install_cmd(
+    name: str,
+    out: Path,
+    prefix: Path | None,
+    force: bool,
+    installer: str,
+    solver: str,
+    as_json: bool,
+    script_args: tuple[str, ...],
+) -> None:
+    """Build envs/NAME on this machine from its lock (conda prefix, venv, or the system script)."""
+    from provision import install
+
+    result = install.install(
+        out, name, prefix, force=force, installer=installer,  # type: ignore[arg-type]
+        solver=solver, script_args=script_args,
+    )  # fmt: skip
+    if as_json:
+        emit_json(result.as_json())
+        return
+    if result.output:
+        click.echo(result.output.rstrip("\n"))
+    if result.skipped:
+        click.echo(f"{result.prefix}: nothing to do, built from this lock (--force rebuilds)")
+    elif result.installer == "install.sh":
+        click.echo(f"install.sh finished in {result.seconds:.1f} s (venv: {result.prefix})")
+    else:
+        click.echo(f"built {result.prefix} with {result.installer} in {result.seconds:.1f} s")
+
+
+@cli.command("create")
+@click.option("--tf", "tf", metavar="X.Y", required=True, help="TensorFlow release.")
+@click.option("--path", "path", type=click.Choice(PATH_CHOICES), default="conda", show_default=True)
+@click.option("--python", "python", metavar="X.Y", help="Default: newest supported on this host.")
+@click.option("--name", "name", help="Environment name (default: tf<X.Y>-<path>).")
+@out_option
+@gpu_options
+@click.option("--prefix", type=click.Path(path_type=Path), help="Build here, not in the default.")
+@click.option("--force", is_flag=True, help="Overwrite hand edits, re-lock, rebuild, re-verify.")
+@click.option("--solver", default="auto", show_default=True, help="conda path: the solver.")
+@click.option("--channel", "channels", multiple=True, help="conda path: lock against this channel.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
+def create_cmd(
+    tf: str,
+    path: str,
+    python: str | None,
+    name: str | None,
+    out: Path,
+    gpu_memory: str | None,
+    gpus: str | None,
+    prefix: Path | None,
+    force: bool,
+    solver: str,
+    channels: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Render, lock, install and verify an environment; each step is skipped when already done."""
+    from provision import create
+
+    result = create.create(
+        tf=tf, path=path, python=python, name=name, out=out, gpu_memory=gpu_memory, gpus=gpus,
+        prefix=prefix, force=force, solver=solver, channels=channels, progress=_show_step,
+    )  # fmt: skip
+    if as_json:
+        emit_json(result.as_json())
+    if not result.ok:
+        click.echo(f"provision: error: {result.error}", err=True)
+        click.echo(f"provision: what to do: {result.hint}", err=True)
+        sys.exit(1)
+    if not as_json:
+        click.echo(f"{result.name}: ready at {result.prefix} (python: {result.python})")
+
+
+def _show_step(step: Any) -> None:
+    """One line per step on stderr; on a terminal the running step shows until it ends."""
+    tty = sys.stderr.isatty()
+    head = f"[{step.index}/4] {step.name:<8}"
+    if step.status == "running":
+        if tty:
+            click.echo(f"{head} ...", err=True, nl=False)
+        return
+    line = f"{head} {step.status:<7} {step.seconds:6.1f} s  {step.detail}"
+    click.echo(("\r\033[K" if tty else "") + line, err=True)
+
+
+@cli.command("doctor")
+@click.option("--tf", "tf", metavar="X.Y", help="Judge one release only (exit 1 if it cannot).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
+    envvar="PROVISION_HOST_ROOT", hidden=True,
+    help="Read the host's files under DIR instead of / (tests, copies of a machine).",
+)  # fmt: skip
+def doctor_cmd(tf: str | None, as_json: bool, root: Path | None) -> None:
+    """What this host can run: driver, GPUs, CUDA libraries, and a verdict per release and path.
+
+    Exit 0 when the host can run the release asked for (any release without --tf), 1 otherwise.
+    """
+    from provision import doctor, matrix
+
+    result = doctor.run(tf=tf, root=root)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        click.echo(doctor.render(result, matrix.load()))
+    if not result.ok:
+        sys.exit(1)
+
+
+@cli.command("verify")
+@click.argument("name", required=False)
+@out_option
+@click.option(
+    "--python", "python", type=click.Path(path_type=Path, dir_okay=False),
+    help="Run the smoke test with this interpreter (as is: no activation unless --prefix).",
+)  # fmt: skip
+@click.option("--prefix", type=click.Path(path_type=Path), help="The environment's prefix.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--require-gpu", is_flag=True, help="No GPU is a failure.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=180, show_default=True, metavar="S",
+    help="Seconds each check may take before it counts as hung.",
+)  # fmt: skip
+def verify_cmd(
+    name: str | None,
+    out: Path,
+    python: Path | None,
+    prefix: Path | None,
+    as_json: bool,
+    require_gpu: bool,
+    timeout: float,
+) -> None:
+    """Run NAME's smoke test inside its environment and compare the report with the spec."""
+    from provision import verify
+
+    result = verify.verify(
+        name, out=out, python=python, prefix=prefix, require_gpu=require_gpu, timeout=timeout
+    )
+    if as_json:
+        emit_json(result.as_json())
+    else:
+        click.echo("\n".join(result.lines()))
+    if not result.ok:
+        sys.exit(1)
+
+
+@cli.command("bench")
+@click.argument("name", required=False)
+@out_option
+@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
+              help="Run with this interpreter instead of envs/NAME's environment.")
+@click.option("--gpus", default="1", show_default=True, help="GPU counts to compare, e.g. 1,2,4.")
+@click.option("--precision", default="float32,mixed_float16,mixed_bfloat16", show_default=True)
+@click.option("--model", type=click.Choice(("resnet50", "small_cnn", "mlp")), default="resnet50",
+              show_default=True)
+@click.option("--image-size", type=int, default=32, show_default=True)
+@click.option("--batch-per-replica", type=int, default=128, show_default=True)
+@click.option("--global-batch", type=int, help="Fixed global batch (adjusted to the replicas).")
+@click.option("--steps", type=int, default=30, show_default=True, help="Timed steps per run.")
+@click.option("--warmup", type=int, default=5, show_default=True)
+@click.option("--jit", is_flag=True, help="Compile the model with XLA.")
+@click.option("--dataset", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Directory of .npz files (x, y) instead of synthetic data.")
+@click.option("--cpu-devices", type=int, default=0, help="Use N virtual CPU devices (no GPU).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), help="Write a PNG plot.")
+def bench_cmd(name: str | None, out: Path, python: Path | None, plot: Path | None, as_json: bool,
+              **options: Any) -> None:
+    """Multi-GPU scaling and mixed precision: images/s, accuracy, speed-up, matmul TFLOP/s."""
+    from provision import bench
+
+    result = bench.run(name, out=out, python=python, options=options, plot=plot)
+    if as_json:
+        emit_json(result.report)
+    else:
+        for line in result.lines():
+            click.echo(line)
+
+
 def main() -> None:
     cli(prog_name="provision")
 

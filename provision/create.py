@@ -1,0 +1,274 @@
+"""`provision create`: render -> lock -> install -> verify, the one command users remember.
+
+Every step is skipped when its output already matches its inputs, so running create again on a
+built environment changes nothing and takes a second: render leaves identical files alone, the lock
+is kept when `lock --check` passes, install finds its completion marker for this lock, and verify is
+cached in the prefix (a marker keyed by the install's inputs and the smoke test's hash; `--force`
+or `provision verify` runs it again). The first failing step stops the run; the result says which
+step failed and what to do. Nothing here prints: progress goes to a callback, the CLI shows it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from provision import install as install_mod
+from provision.errors import InstallError, ProvisionError, StaleError, UsageError
+
+STEPS = ("render", "lock", "install", "verify")
+VERIFY_MARKER = ".provision-verify.json"
+Status = Literal["running", "ok", "skipped", "failed"]
+
+
+@dataclass
+class Step:
+    name: str
+    index: int  # 1-based, of len(STEPS)
+    status: Status = "running"
+    seconds: float = 0.0
+    detail: str = ""
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "step": self.name,
+            "status": self.status,
+            "seconds": round(self.seconds, 2),
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class CreateResult:
+    name: str = ""
+    path: str = ""
+    env_dir: Path | None = None
+    prefix: Path | None = None
+    python: Path | None = None
+    steps: list[Step] = field(default_factory=list)
+    error: str = ""
+    hint: str = ""
+    report: dict[str, object] | None = None  # the smoke test's JSON report
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and all(s.status in ("ok", "skipped") for s in self.steps)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "name": self.name,
+            "path": self.path,
+            "env_dir": str(self.env_dir) if self.env_dir else None,
+            "prefix": str(self.prefix) if self.prefix else None,
+            "python": str(self.python) if self.python else None,
+            "seconds": round(sum(s.seconds for s in self.steps), 2),
+            "steps": [s.as_json() for s in self.steps],
+            "error": self.error or None,
+            "hint": self.hint or None,
+        }
+
+
+Progress = Callable[[Step], None]
+
+
+class _Failed(Exception):
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
+def default_python(tf: str, path: str) -> str | None:
+    """The newest Python the release supports that this host has (venvs are made from it).
+
+    The conda path brings its own Python from the channel, so the release's newest is used there.
+    """
+    if path == "conda":
+        return None
+    from provision import matrix
+
+    release = matrix.load().release(tf)
+    for version in reversed(release.python):
+        try:
+            install_mod.find_python(version)
+        except InstallError:
+            continue
+        return version
+    raise InstallError(
+        f"TensorFlow {release.tf} supports Python {', '.join(release.python)} and none of them is "
+        f"installed on this host; install one (e.g. `pyenv install {release.python[-1]}`)"
+    )
+
+
+def create(
+    *,
+    tf: str,
+    path: str,
+    python: str | None,
+    name: str | None,
+    out: Path,
+    gpu_memory: str | None,
+    gpus: str | None,
+    prefix: Path | None,
+    force: bool,
+    solver: str,
+    channels: Sequence[str] = (),
+    progress: Progress | None = None,
+) -> CreateResult:
+    from provision import matrix, spec
+
+    if python and path != "conda":
+        install_mod.find_python(python)  # create builds here: say so before rendering anything
+    python = python or default_python(tf, path)
+    env_spec = spec.resolve(matrix.load(), tf, path, python, name, spec.GpuPolicy(gpu_memory, gpus))
+    result = CreateResult(name=env_spec.name, path=env_spec.path, env_dir=Path(out) / env_spec.name)
+    if channels and env_spec.path != "conda":
+        raise UsageError("--channel applies to the conda path only")
+    actions: list[Callable[[], str]] = [
+        lambda: _render(out, tf, env_spec.path, python, name, gpu_memory, gpus, force),
+        lambda: _lock(out, env_spec.name, solver, channels, force),
+        lambda: _install(out, env_spec.name, prefix, force, solver, result),
+        lambda: _verify(out, env_spec.name, result, force),
+    ]
+    for index, (step_name, action) in enumerate(zip(STEPS, actions, strict=True), start=1):
+        step = Step(step_name, index)
+        result.steps.append(step)
+        if progress:
+            progress(step)
+        start = time.monotonic()
+        try:
+            detail = action()
+        except _Failed as exc:
+            step.status, step.detail = "failed", str(exc)
+            result.error, result.hint = f"{step_name} failed: {exc}", exc.hint
+        except ProvisionError as exc:
+            step.status, step.detail = "failed", str(exc)
+            hint = _HINTS[step_name].replace("NAME", env_spec.name)
+            result.error, result.hint = f"{step_name} failed: {exc}", hint
+        else:
+            step.status = "skipped" if detail.startswith(_SKIP) else "ok"
+            step.detail = detail.removeprefix(_SKIP)
+        step.seconds = time.monotonic() - start
+        if progress:
+            progress(step)
+        if step.status == "failed":
+            break
+    return result
+
+
+_SKIP = "skip:"
+_HINTS = {
+    "render": "fix the request, or move hand-edited files away / re-run with --force",
+    "lock": "check the package index / channels and re-run; `provision lock NAME` shows more",
+    "install": "fix the cause above and re-run the same command: a partial build is redone",
+    "verify": "`provision verify NAME` shows the full report",
+}
+
+
+def _render(
+    out: Path,
+    tf: str,
+    path: str,
+    python: str | None,
+    name: str | None,
+    gpu_memory: str | None,
+    gpus: str | None,
+    force: bool,
+) -> str:
+    from provision import render
+
+    res = render.run(
+        out=out, tf=tf, path=path, python=python, name=name, all_=False, check=False,
+        force=force, gpu_memory=gpu_memory, gpus=gpus,
+    )  # fmt: skip
+    text = "; ".join(res.lines)
+    if not res.ok:
+        raise _Failed(text, _HINTS["render"].replace("NAME", name or ""))
+    return (_SKIP + text) if all(line.startswith("unchanged") for line in res.lines) else text
+
+
+def _lock(out: Path, name: str, solver: str, channels: Sequence[str], force: bool) -> str:
+    from provision import lock
+
+    if not force:
+        try:
+            lines = lock.run(out, name, channels=channels, check=True).lines
+        except StaleError:
+            pass  # missing or out of date: lock below
+        else:
+            return _SKIP + "; ".join(lines)
+    res = lock.run(out, name, channels=channels, solver=solver)
+    return "; ".join(res.lines)
+
+
+def _install(
+    out: Path, name: str, prefix: Path | None, force: bool, solver: str, result: CreateResult
+) -> str:
+    res = install_mod.install(out, name, prefix, force=force, solver=solver)
+    result.prefix, result.python = res.prefix, res.python
+    if res.skipped:
+        return f"{_SKIP}{res.prefix} already built from this lock"
+    return f"built {res.prefix} with {res.installer}"
+
+
+def _verify_key(env: install_mod.EnvDir, prefix: Path) -> str:
+    marker = install_mod.read_marker(prefix) or {}
+    smoke = env.root / "smoke_test.py"
+    h = hashlib.sha256(str(marker.get("inputs_sha256", "")).encode())
+    h.update(smoke.read_bytes() if smoke.is_file() else b"")
+    return h.hexdigest()
+
+
+def _verify(out: Path, name: str, result: CreateResult, force: bool) -> str:
+    assert result.prefix is not None
+    env = install_mod.load_env(out, name)
+    prefix = result.prefix
+    cache = prefix / VERIFY_MARKER
+    key = _verify_key(env, prefix)
+    owned = env.path != "system"  # the system path's venv belongs to its script
+    if owned and not force:
+        try:
+            cached = json.loads(cache.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            cached = None
+        if isinstance(cached, dict) and cached.get("key") == key and cached.get("ok") is True:
+            result.report = cached.get("report")
+            return (
+                f"{_SKIP}passed before for this build (cached; `provision verify {name}` re-runs)"
+            )
+    report = run_smoke(env, prefix)
+    result.report = report
+    outcomes = [
+        o
+        for key in ("checks", "findings")
+        for o in _as_list(report.get(key))
+        if isinstance(o, dict)
+    ]
+    if not report.get("ok"):
+        failed = [f"{o.get('name')}: {o.get('reason')}" for o in outcomes if not o.get("ok")]
+        raise _Failed(
+            "; ".join(failed) or "the smoke test failed", _HINTS["verify"].replace("NAME", name)
+        )
+    if owned:
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"key": key, "ok": True, "report": report}, indent=2) + "\n")
+        os.replace(tmp, cache)
+    passed = sum(1 for o in outcomes if o.get("status") == "pass")
+    return f"smoke test passed ({passed} of {len(outcomes)} checks pass, none fails)"
+
+
+def _as_list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def run_smoke(env: install_mod.EnvDir, prefix: Path) -> dict[str, object]:
+    """Run the environment's smoke test with its own interpreter and activation environment."""
+    from provision import verify
+
+    return verify.report_of(env.root, prefix)

@@ -1,0 +1,109 @@
+"""Shared fixtures. Helpers add fixtures here; nobody rewrites another's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import localchannel
+import pytest
+from fakes.nvidia import Artifacts, build_artifacts, install_nvidia_smi
+
+from provision.matrix import Cuda, Cudnn
+from provision.spec import EnvSpec
+
+
+@pytest.fixture(scope="session")
+def nvidia_artifacts(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Callable[[Cuda, Cudnn], Artifacts]:
+    """build(cuda, cudnn) -> a fake CUDA runfile and a cuDNN archive of NVIDIA's names and layout,
+    holding NVIDIA's real libcudart and libcudnn from PyPI wheels (fetched once, cached under
+    ~/.cache/provision-tests). Built once per session per (CUDA, cuDNN); treat them as read-only."""
+    built: dict[tuple[str, str], Artifacts] = {}
+
+    def build(cuda: Cuda, cudnn: Cudnn) -> Artifacts:
+        key = (cuda.version, cudnn.version)
+        if key not in built:
+            folder = tmp_path_factory.mktemp(f"nvidia-cuda{cuda.version}-cudnn{cudnn.version}")
+            built[key] = build_artifacts(folder, cuda, cudnn)
+        return built[key]
+
+    return build
+
+
+@pytest.fixture
+def fake_nvidia_smi(tmp_path: Path) -> Callable[..., Path]:
+    """make(driver, gpus=2) -> a directory holding an nvidia-smi that reports `driver` for each GPU
+    (driver None: it fails like nvidia-smi without a loaded kernel module). Put it first on PATH."""
+    count = 0
+
+    def make(driver: str | None, gpus: int = 2) -> Path:
+        nonlocal count
+        count += 1
+        folder = tmp_path / f"fake-nvidia-smi-{count}"
+        folder.mkdir()
+        install_nvidia_smi(folder, driver, gpus=gpus)
+        return folder
+
+    return make
+
+
+# -- lock: a local conda-forge-like channel and a local package index (tests/localchannel.py) ---
+
+
+@pytest.fixture(scope="session")
+def local_channel(tmp_path_factory: pytest.TempPathFactory) -> localchannel.Channel:
+    """A conda channel (file://, read-only for tests) with conda-forge's names, versions and
+    dependency metadata for every CUDA stack the matrix uses; `.url`, `.archive(name, version)`."""
+    return localchannel.conda_forge_like(tmp_path_factory.mktemp("conda-forge-like"))
+
+
+@pytest.fixture(scope="session")
+def local_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a PEP 503 simple index on 127.0.0.1 holding tiny wheels for every exact pin of every
+    spec's pip part (conda and pip paths), so pip parts lock offline. Use as PIP_INDEX_URL."""
+    from provision import matrix, spec
+
+    pins = {req for s in spec.all_specs(matrix.load()) for req in s.pip_requirements if "==" in req}
+    root = localchannel.simple_index(tmp_path_factory.mktemp("simple-index"), sorted(pins))
+    server = localchannel.Server(root)
+    yield f"{server.url}/simple"
+    server.stop()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[localchannel.SilentServer]:
+    """A TCP server that accepts connections and never answers (`.url`)."""
+    server = localchannel.SilentServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def stalling_server() -> Iterator[localchannel.StallingServer]:
+    """An HTTP server that answers HEAD and never answers GET (`.url`)."""
+    server = localchannel.StallingServer()
+    yield server
+    server.stop()
+
+
+# -- install/create: a channel whose environments really run (tests/realconda.py) ---------------
+
+
+@pytest.fixture(scope="session")
+def real_conda_channel(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[EnvSpec, localchannel.Channel]:
+    """(spec, channel): the conda environment the end-to-end tests build, and a conda-forge-like
+    channel holding this host's real CPython for it, real pip, and NVIDIA's real libcudart and
+    libcudnn in its cuda-cudart / cudatoolkit / cudnn packages. Skips when no release fits."""
+    import realconda
+
+    from provision import matrix
+
+    m = matrix.load()
+    spec = realconda.e2e_spec(m)
+    if spec is None:
+        pytest.skip("no conda release with cuDNN from the channel at a Python this host has")
+    return spec, realconda.build(tmp_path_factory.mktemp("real-conda-channel"), m, spec)

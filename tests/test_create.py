@@ -1,0 +1,235 @@
+"""provision create: render -> lock -> install -> verify, for real, on this machine.
+
+The slow tests build environments with real TensorFlow from the package index (pip path, in a
+temporary --out and PROVISION_HOME; uv's and pip's caches are the user's, shared between runs so a
+second run of the suite is fast) and, on the conda path, against a local conda-forge-like channel
+holding this host's real CPython and NVIDIA's real CUDA runtime and cuDNN libraries
+(tests/realconda.py), with TensorFlow from the index. The fast tests cover the ways create stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from provision import install, matrix
+from provision.create import VERIFY_MARKER
+
+PROVISION = [sys.executable, "-m", "provision"]
+
+
+def provision(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 1800
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*PROVISION, *args], capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def summary(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    data: dict[str, object] = json.loads(done.stdout)
+    return data
+
+
+def statuses(data: dict[str, object]) -> list[tuple[str, str]]:
+    steps = data["steps"]
+    assert isinstance(steps, list)
+    return [(s["step"], s["status"]) for s in steps]
+
+
+def snapshot(*folders: Path) -> dict[str, tuple[int, int]]:
+    """path -> (size, mtime_ns) of every file: 'changes nothing' means this stays equal."""
+    out = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and not path.is_symlink() and "__pycache__" not in path.parts:
+                st = path.stat()
+                out[str(path)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> dict[str, str]:
+    return {"PROVISION_HOME": str(tmp_path / "home")}
+
+
+def _pip_release() -> str:
+    m = matrix.load()
+    for rel in m.releases:
+        if rel.pip_wheels or rel.and_cuda:
+            return rel.tf
+    pytest.skip("the matrix has no release on the pip path")
+
+
+# -- where create stops -------------------------------------------------------------------------
+
+
+def test_hand_edited_environment_is_not_overwritten(tmp_path: Path, home: dict[str, str]) -> None:
+    tf = _pip_release()
+    out = tmp_path / "envs"
+    first = provision("render", "--tf", tf, "--path", "pip", "--out", str(out), env=home)
+    assert first.returncode == 0, first.stderr
+    (env_dir,) = out.iterdir()
+    readme = env_dir / "README.md"
+    readme.write_text(readme.read_text() + "\nlocal notes\n")
+    done = provision("create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", env=home)
+    assert done.returncode == 1
+    data = summary(done)
+    assert statuses(data) == [("render", "failed")]
+    assert f"{env_dir.as_posix()}/README.md" in str(data["error"])
+    assert "--force" in str(data["hint"])
+    assert "[1/4] render" in done.stderr and "README.md" in done.stderr
+    assert readme.read_text().endswith("local notes\n")
+    assert not (env_dir / "requirements.lock").exists()
+
+
+def test_failing_lock_stops_before_install(tmp_path: Path, home: dict[str, str]) -> None:
+    tf = _pip_release()
+    dead = {
+        **home, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_CONFIG_FILE": os.devnull,
+        "UV_HTTP_RETRIES": "0", "UV_CACHE_DIR": str(tmp_path / "uv"),
+    }  # fmt: skip
+    done = provision(
+        "create", "--tf", tf, "--path", "pip", "--out", str(tmp_path / "envs"), "--json", env=dead
+    )
+    assert done.returncode == 1
+    data = summary(done)
+    assert statuses(data) == [("render", "ok"), ("lock", "failed")]
+    assert "check the package index" in str(data["hint"])
+    assert "provision: what to do:" in done.stderr
+    assert not (tmp_path / "home").exists()  # install never started
+
+
+def test_a_python_this_host_lacks_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    rel = next(r for r in matrix.load().releases if r.pip_wheels or r.and_cuda)
+    absent = rel.python[0]
+    # A host with no pyenv and nothing but the system's own interpreters on PATH.
+    bare = {"PATH": "/usr/bin:/bin", "PYENV_ROOT": str(tmp_path / "no-pyenv")}
+    if any(Path(d, f"python{absent}").exists() for d in ("/usr/bin", "/bin")):
+        pytest.skip(f"this host's /usr/bin has Python {absent}")
+    out = tmp_path / "envs"
+    done = provision("create", "--tf", rel.tf, "--path", "pip", "--python", absent,
+                     "--out", str(out), env=bare)  # fmt: skip
+    assert done.returncode == 1
+    assert f"Python {absent} is not installed on this host" in done.stderr
+    assert not out.exists()
+
+
+def test_channel_is_for_the_conda_path(tmp_path: Path) -> None:
+    done = provision(
+        "create", "--tf", _pip_release(), "--path", "pip", "--channel", "file:///x",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 2 and "conda path only" in done.stderr
+
+
+def test_unknown_release_is_one_line(tmp_path: Path) -> None:
+    done = provision("create", "--tf", "1.0", "--path", "pip", "--out", str(tmp_path))
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "not in the matrix" in done.stderr
+
+
+# -- real environments ------------------------------------------------------------------------
+
+
+def _pip_cases() -> list[str]:
+    m = matrix.load()
+    return list(dict.fromkeys(["2.13", m.newest.tf]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tf", _pip_cases())
+def test_create_pip_builds_verified_tensorflow(
+    tmp_path: Path, home: dict[str, str], tf: str
+) -> None:
+    release = matrix.load().release(tf)
+    out = tmp_path / "envs"
+    done = provision("create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", env=home)
+    assert done.returncode == 0, done.stderr
+    data = summary(done)
+    assert statuses(data) == [(s, "ok") for s in ("render", "lock", "install", "verify")]
+    for line in ("[1/4] render", "[2/4] lock", "[3/4] install", "[4/4] verify"):
+        assert line in done.stderr
+    python = Path(str(data["python"]))
+    version = subprocess.run(
+        [python, "-c", "import sys, tensorflow as t; print(t.__version__, *sys.version_info[:2])"],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    ).stdout.split()  # fmt: skip
+    # The default Python: the newest the release supports that this host has.
+    have = [v for v in release.python if install.python_candidates(v)]
+    assert version == [release.pin, *have[-1].split(".")]
+    prefix = Path(str(data["prefix"]))
+    assert install.state_of(prefix) == "complete"
+    assert json.loads((prefix / VERIFY_MARKER).read_text())["ok"] is True
+
+    env_dir = out / str(data["name"])
+    before = snapshot(env_dir, prefix)
+    started = time.monotonic()
+    again = provision("create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", env=home)
+    elapsed = time.monotonic() - started
+    assert again.returncode == 0, again.stderr
+    assert statuses(summary(again)) == [
+        (s, "skipped") for s in ("render", "lock", "install", "verify")
+    ]
+    assert elapsed < 15, f"a second create took {elapsed:.1f} s"
+    assert snapshot(env_dir, prefix) == before
+
+
+@pytest.mark.slow
+def test_create_force_rebuilds_and_verifies_again(tmp_path: Path, home: dict[str, str]) -> None:
+    tf = matrix.load().newest.tf
+    out = tmp_path / "envs"
+    first = provision("create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", env=home)
+    assert first.returncode == 0, first.stderr
+    prefix = Path(str(summary(first)["prefix"]))
+    marker = (prefix / install.MARKER).stat().st_mtime_ns
+    forced = provision(
+        "create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", "--force", env=home
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert statuses(summary(forced)) == [
+        ("render", "skipped"), ("lock", "ok"), ("install", "ok"), ("verify", "ok"),
+    ]  # fmt: skip
+    assert (prefix / install.MARKER).stat().st_mtime_ns != marker
+
+
+@pytest.mark.slow
+def test_create_conda_against_a_local_channel(
+    real_conda_channel: tuple, tmp_path: Path, home: dict[str, str]
+) -> None:
+    """The conda path end to end: conda packages from the local channel (real CPython, real
+    libcudart and libcudnn), TensorFlow from the package index, verified in CPU mode."""
+    spec, channel = real_conda_channel
+    out = tmp_path / "envs"
+    env = {**home, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = (
+        "create", "--tf", spec.release.tf, "--path", "conda", "--python", spec.python,
+        "--out", str(out), "--channel", channel.url, "--solver", "builtin", "--json",
+    )  # fmt: skip
+    done = provision(*args, env=env)
+    assert done.returncode == 0, done.stderr
+    data = summary(done)
+    assert statuses(data) == [(s, "ok") for s in ("render", "lock", "install", "verify")]
+    prefix = Path(str(data["prefix"]))
+    assert (prefix / "lib" / "libcudart.so.12").exists() or (
+        prefix / "lib" / "libcudart.so.11.0"
+    ).exists()
+    report = json.loads((prefix / VERIFY_MARKER).read_text())["report"]
+    checks = {c["name"]: c for c in report["report"]["checks"]}
+    assert checks["tf_version"]["status"] == "pass"
+    # The versions the libraries report, read by the smoke test inside the environment.
+    assert checks["cudart"]["status"] == "pass", checks["cudart"]
+    assert checks["cudnn"]["status"] in ("pass", "skip"), checks["cudnn"]
+    again = provision(*args, env=env)
+    assert again.returncode == 0, again.stderr
+    assert statuses(summary(again)) == [
+        (s, "skipped") for s in ("render", "lock", "install", "verify")
+    ]

@@ -1,0 +1,591 @@
+"""provision install: builds from the lock, resumes after SIGKILL, never shows a half build as done.
+
+The fast tests install a small real wheel from a package index served by the test itself (an HTTP
+server that can also fail or stall a download on purpose), into real venvs made from this host's
+Python, through the real CLI. The slow tests (tests/test_create.py) install TensorFlow itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from provision import install, matrix
+from provision.cli import cli
+from provision.create import default_python
+from provision.errors import InstallError
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = "provision-tiny"
+
+
+# -- a small real wheel and an index that serves it ------------------------------------------
+
+
+def build_wheel(folder: Path, version: str, payload: int = 0) -> Path:
+    """A minimal valid wheel: a module, a folder shaped like NVIDIA's nvidia/<pkg>/lib, bulk."""
+    dist = f"provision_tiny-{version}.dist-info"
+    files: dict[str, bytes] = {
+        "provision_tiny/__init__.py": f'VERSION = "{version}"\n'.encode(),
+        "nvidia/provision_tiny/lib/libprovisiontiny.so.1": b"\x7fELF placeholder\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {TINY}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    if payload:
+        files["provision_tiny/blob.bin"] = os.urandom(payload)
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = folder / f"provision_tiny-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+@dataclass
+class Index:
+    """A PEP 503 index on 127.0.0.1; `mode` decides what a wheel download does."""
+
+    root: Path
+    url: str = ""
+    mode: str = "ok"  # ok | fail (HTTP 500) | stall (until `release` is set)
+    requested: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def add(self, version: str, payload: int = 0) -> str:
+        """Publish a version; returns its lock text (pinned, with the wheel's sha256)."""
+        wheel = build_wheel(self.root, version, payload)
+        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        return f"{TINY}=={version} \\\n    --hash=sha256:{sha}\n"
+
+
+def _handler(index: Index) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_HEAD(self) -> None:
+            # Resolvers ask for a wheel's size first; answered without a body, never stalled.
+            wheel = index.root / self.path[7:]
+            if self.path.startswith("/files/") and wheel.is_file():
+                self.send_response(200)
+                self.send_header("Content-Type", "application/zip")
+                self.send_header("Content-Length", str(wheel.stat().st_size))
+                self.end_headers()
+            else:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") == f"/simple/{TINY}":
+                wheels = sorted(index.root.glob("*.whl"))
+                sums = [hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels]
+                links = "".join(
+                    f'<a href="/files/{w.name}#sha256={sha}">{w.name}</a>\n'
+                    for w, sha in zip(wheels, sums, strict=True)
+                )
+                self._send(200, f"<html><body>\n{links}</body></html>\n".encode(), "text/html")
+            elif self.path.startswith("/files/") and (index.root / self.path[7:]).is_file():
+                index.requested.set()
+                if index.mode == "fail":
+                    self._send(500, b"index on fire\n", "text/plain")
+                    return
+                if index.mode == "stall":
+                    index.release.wait(120)
+                self._send(200, (index.root / self.path[7:]).read_bytes(), "application/zip")
+            else:
+                self._send(404, b"not found\n", "text/plain")
+
+        def _send(self, code: int, body: bytes, kind: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(body)
+
+    return Handler
+
+
+@pytest.fixture
+def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Index]:
+    folder = tmp_path / "index"
+    folder.mkdir()
+    idx = Index(folder)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(idx))
+    server.daemon_threads = True
+    idx.url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    # pip's configuration is what provision reads (and hands to uv): this index, nothing else.
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", idx.url)
+    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_NO_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    monkeypatch.setenv(
+        "UV_HTTP_RETRIES", "0"
+    )  # a failing download fails at once, not after back-off
+    monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
+    yield idx
+    idx.release.set()
+    server.shutdown()
+    server.server_close()
+
+
+# -- an environment directory rendered by provision, locked to the small wheel -----------------
+
+
+@dataclass
+class Env:
+    out: Path
+    name: str
+    home: Path
+
+    @property
+    def dir(self) -> Path:
+        return self.out / self.name
+
+    @property
+    def prefix(self) -> Path:
+        return self.home / "envs" / self.name
+
+    def lock(self, text: str) -> None:
+        (self.dir / "requirements.lock").write_text(text)
+
+
+def _pip_release() -> tuple[str, str]:
+    """A release the pip path serves with a Python this host has (the render request)."""
+    m = matrix.load()
+    for rel in m.releases:
+        if rel.pip_wheels or rel.and_cuda:
+            try:
+                return rel.tf, str(default_python(rel.tf, "pip"))
+            except InstallError:
+                continue
+    pytest.skip("no release of the matrix can use a Python installed on this host")
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
+    tf, python = _pip_release()
+    home = tmp_path / "home"
+    monkeypatch.setenv("PROVISION_HOME", str(home))
+    out = tmp_path / "envs"
+    res = CliRunner().invoke(
+        cli,
+        ["render", "--tf", tf, "--path", "pip", "--python", python, "--name", "tiny",
+         "--out", str(out), "--gpu-memory", "growth", "--gpus", "0"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return Env(out, "tiny", home)
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(cli, list(args))
+    crash = (
+        ""
+        if res.exception is None or isinstance(res.exception, SystemExit)
+        else repr(res.exception)
+    )
+    return res.exit_code, res.output + crash
+
+
+def bash(script: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=True
+    )
+    return done.stdout
+
+
+def site_packages(prefix: Path) -> Path:
+    return next((prefix / "lib").glob("python*/site-packages"))
+
+
+# -- building --------------------------------------------------------------------------------
+
+
+def test_install_builds_a_venv_from_the_lock_with_hooks(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0"))
+    code, out = run_cli("install", env.name, "--out", str(env.out), "--json")
+    assert code == 0, out
+    report = json.loads(out)
+    prefix = Path(report["prefix"])
+    assert prefix == env.prefix and report["skipped"] is False and report["installer"] == "uv"
+    python = prefix / "bin" / "python"
+    got = subprocess.run(
+        [python, "-c", "import sys, provision_tiny; print(provision_tiny.VERSION, sys.prefix)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert got == ["1.0", str(prefix)]
+    marker = json.loads((prefix / install.MARKER).read_text())
+    lock_sha = hashlib.sha256((env.dir / "requirements.lock").read_bytes()).hexdigest()
+    assert marker["state"] == "complete" and marker["lock_sha256"] == lock_sha
+
+    # Activation runs the rendered hooks; deactivation puts everything back.
+    nvidia_lib = site_packages(prefix) / "nvidia" / "provision_tiny" / "lib"
+    shown = bash(
+        f"export LD_LIBRARY_PATH=/opt/before; . {prefix}/bin/activate; "
+        'echo "$LD_LIBRARY_PATH|$TF_FORCE_GPU_ALLOW_GROWTH|$CUDA_VISIBLE_DEVICES|'
+        '$(command -v python)"; '
+        f". {prefix}/bin/activate; "  # activating twice must not stack the library path
+        'echo "$LD_LIBRARY_PATH"; deactivate; '
+        'echo "$LD_LIBRARY_PATH|${TF_FORCE_GPU_ALLOW_GROWTH-unset}|${CUDA_VISIBLE_DEVICES-unset}"'
+    ).splitlines()
+    assert shown == [
+        f"{nvidia_lib}:/opt/before|true|0|{python}",
+        f"{nvidia_lib}:/opt/before",
+        "/opt/before|unset|unset",
+    ]
+
+
+def test_activation_env_gives_a_direct_interpreter_what_activation_gives(
+    index: Index, env: Env
+) -> None:
+    env.lock(index.add("1.0"))
+    assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
+    extra = install.activation_env(env.dir, env.prefix)
+    nvidia_lib = site_packages(env.prefix) / "nvidia" / "provision_tiny" / "lib"
+    assert extra["VIRTUAL_ENV"] == str(env.prefix)
+    assert extra["LD_LIBRARY_PATH"].split(":")[0] == str(nvidia_lib)
+    assert extra["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    seen = subprocess.run(
+        [env.prefix / "bin" / "python", "-c", "import os; print(os.environ['LD_LIBRARY_PATH'])"],
+        env={**os.environ, **extra}, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert seen.split(":")[0] == str(nvidia_lib)
+
+
+def test_second_install_changes_nothing_and_force_rebuilds(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0"))
+    assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
+    marker = env.prefix / install.MARKER
+    before = marker.stat().st_mtime_ns, (env.prefix / "bin" / "python").stat().st_ino
+    index.mode = "fail"  # a second run must not even ask the index
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 0 and "nothing to do" in out
+    assert (marker.stat().st_mtime_ns, (env.prefix / "bin" / "python").stat().st_ino) == before
+    index.mode = "ok"
+    code, out = run_cli("install", env.name, "--out", str(env.out), "--force")
+    assert code == 0 and out.startswith("built ")
+    assert marker.stat().st_mtime_ns != before[0]
+
+
+def test_pip_installer_is_the_fallback(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0"))
+    code, out = run_cli("install", env.name, "--out", str(env.out), "--installer", "pip", "--json")
+    assert code == 0, out
+    assert json.loads(out)["installer"] == "pip"
+    assert (env.prefix / "bin" / "pip").exists()  # a stdlib venv, not uv's
+    assert list(site_packages(env.prefix).glob("provision_tiny-1.0.dist-info"))
+
+
+def test_missing_lock_says_how_to_make_it(env: Env) -> None:
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 1
+    assert f"run `provision lock {env.name}` first" in out
+    assert not env.prefix.exists()
+
+
+def test_unrendered_environment_says_how_to_render(tmp_path: Path) -> None:
+    code, out = run_cli("install", "nothing-here", "--out", str(tmp_path))
+    assert code == 1 and "render it first" in out
+
+
+def test_a_lock_that_does_not_match_the_download_fails_cleanly(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0").replace("--hash=sha256:", "--hash=sha256:0000"))
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 1
+    assert "nothing was installed" in out
+    assert not env.prefix.exists()
+
+
+def test_failing_download_leaves_nothing_presented_as_done(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0"))
+    index.mode = "fail"
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 1
+    assert "uv pip install failed" in out and "500" in out
+    assert "check the package index and network" in out
+    assert not env.prefix.exists()
+
+
+def test_failed_rebuild_puts_the_working_environment_back(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0"))
+    assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
+    env.lock(index.add("2.0"))
+    index.mode = "fail"
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 1 and "nothing was installed" in out
+    # The 1.0 environment is back, complete for its own (old) lock, and not taken for the new one.
+    assert list(site_packages(env.prefix).glob("provision_tiny-1.0.dist-info"))
+    assert install.state_of(env.prefix) == "complete"
+    assert not install.is_installed(install.load_env(env.out, env.name), env.prefix)
+    index.mode = "ok"
+    assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
+    assert list(site_packages(env.prefix).glob("provision_tiny-2.0.dist-info"))
+    assert not list(env.prefix.parent.glob("*.provision-old"))
+
+
+def test_install_killed_midway_is_completed_by_running_it_again(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0"))
+    index.mode = "stall"
+    argv = [sys.executable, "-m", "provision", "install", env.name, "--out", str(env.out)]
+    proc = subprocess.Popen(
+        argv, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert index.requested.wait(60), "the install never reached the download"
+        time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)  # provision and the installer it runs
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert install.state_of(env.prefix) == "building"  # there, and marked as not done
+    index.release.set()
+    index.mode = "ok"
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 0 and out.startswith("built "), out
+    assert install.state_of(env.prefix) == "complete"
+    assert list(site_packages(env.prefix).glob("provision_tiny-1.0.dist-info"))
+
+
+def test_two_installs_of_one_prefix_do_not_race(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0"))
+    index.mode = "stall"
+    argv = [sys.executable, "-m", "provision", "install", env.name, "--out", str(env.out)]
+    first = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert index.requested.wait(60), "the first install never reached the download"
+        code, out = run_cli("install", env.name, "--out", str(env.out))
+        assert code == 1 and "another provision install is building" in out
+        index.release.set()
+        _, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert first.returncode == 0, err
+    assert install.state_of(env.prefix) == "complete"
+
+
+def test_a_directory_not_built_by_provision_is_never_replaced(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0"))
+    theirs = env.prefix / "precious.txt"
+    theirs.parent.mkdir(parents=True)
+    theirs.write_text("keep me\n")
+    for extra in ([], ["--force"]):
+        code, out = run_cli("install", env.name, "--out", str(env.out), *extra)
+        assert code == 1 and "was not built by provision" in out
+    assert theirs.read_text() == "keep me\n"
+
+
+def test_explicit_prefix(index: Index, env: Env, tmp_path: Path) -> None:
+    env.lock(index.add("1.0"))
+    target = tmp_path / "elsewhere" / "venv"
+    code, out = run_cli(
+        "install", env.name, "--out", str(env.out), "--prefix", str(target), "--json"
+    )
+    assert code == 0, out
+    assert json.loads(out)["prefix"] == str(target)
+    assert install.state_of(target) == "complete" and not env.prefix.exists()
+
+
+def _can_mount_tmpfs() -> bool:
+    if not shutil.which("unshare") or os.geteuid() != 0:
+        return False
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_mount_tmpfs(), reason="needs root and unshare to mount a small tmpfs")
+def test_full_disk_fails_with_a_clear_message(index: Index, env: Env, tmp_path: Path) -> None:
+    env.lock(index.add("1.0", payload=8 << 20))  # 8 MiB into a 4 MiB file system
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = (
+        f"mount -t tmpfs -o size=4m tmpfs {disk} && "
+        f"{sys.executable} -m provision install {env.name} --out {env.out} --prefix {disk}/env; "
+        f"rc=$?; ls -A {disk}; exit $rc"
+    )
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    assert "No space left on device" in done.stderr
+    assert "free disk space" in done.stderr
+    assert done.stdout.strip() == ""  # the partial venv was removed, nothing claims to be done
+
+
+def test_missing_python_names_the_version() -> None:
+    with pytest.raises(InstallError, match=r"Python 2\.5 is not installed on this host"):
+        install.find_python("2.5")
+
+
+def test_pyenv_shims_are_skipped_for_the_real_interpreters() -> None:
+    version = "{}.{}".format(*sys.version_info[:2])
+    found = install.python_candidates(version)
+    assert all(Path(p).parent.name != "shims" for p in found)
+    assert install.find_python(version).name == f"python{version}"
+
+
+def test_extra_arguments_are_for_the_system_path_only(index: Index, env: Env) -> None:
+    env.lock(index.add("1.0"))
+    code, out = run_cli("install", env.name, "--out", str(env.out), "--", "--dry-run")
+    assert code == 2 and "system path only" in out
+
+
+# -- the conda path, for real, against a local channel -----------------------------------------
+
+# Run by the environment's own interpreter: which libcudart / libcudnn the loader finds by SONAME
+# (through the activation's library path) and the versions the libraries themselves report.
+PROBE = r"""
+import ctypes, json, sys
+out = {"prefix": sys.prefix, "python": "%d.%d" % sys.version_info[:2]}
+rt = ctypes.CDLL(sys.argv[1])
+v = ctypes.c_int()
+out["cudart_rc"] = rt.cudaRuntimeGetVersion(ctypes.byref(v))
+out["cudart"] = v.value
+dnn = ctypes.CDLL(sys.argv[2])
+dnn.cudnnGetVersion.restype = ctypes.c_size_t
+out["cudnn"] = dnn.cudnnGetVersion()
+print(json.dumps(out))
+"""
+
+
+def library_versions(
+    python: Path, extra_env: dict[str, str], cuda_major: int, cudnn_major: int
+) -> dict[str, object]:
+    cudart = f"libcudart.so.{cuda_major}" if cuda_major >= 12 else f"libcudart.so.{cuda_major}.0"
+    done = subprocess.run(
+        [python, "-c", PROBE, cudart, f"libcudnn.so.{cudnn_major}"],
+        env={**os.environ, **extra_env}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data: dict[str, object] = json.loads(done.stdout)
+    return data
+
+
+def cudnn_version(number: int) -> str:
+    """cudnnGetVersion's number as major.minor (cuDNN 9 counts major in 10000s, 8 in 1000s)."""
+    major = number // 10000 if number >= 90000 else number // 1000
+    minor = (number % 10000) // 100 if number >= 90000 else (number % 1000) // 100
+    return f"{major}.{minor}"
+
+
+@pytest.mark.slow
+def test_conda_install_builds_a_working_prefix_from_a_local_channel(
+    real_conda_channel: tuple, index: Index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real conda-lock locks and installs through provision's built-in solver; the prefix holds
+    a running Python, the pip part, the hooks, and NVIDIA's libcudart and libcudnn at the row's
+    versions, found through the activation's library path."""
+    import yaml
+
+    spec, channel = real_conda_channel
+    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "envs"
+    code, text = run_cli(
+        "render", "--tf", spec.release.tf, "--path", "conda", "--python", spec.python,
+        "--name", "conda-e2e", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, text
+    # The pip part becomes the small wheel of the test's own index: TensorFlow itself is what
+    # tests/test_create.py installs; here the conda side is under test, offline after the first run.
+    env_file = out / "conda-e2e" / "environment.yml"
+    data = yaml.safe_load(env_file.read_text())
+    data["dependencies"] = [d for d in data["dependencies"] if not isinstance(d, dict)]
+    data["dependencies"].append({"pip": [index.add("1.0").split(" ")[0]]})
+    env_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    # In a process of its own, as users run it (conda-lock's imports warn, and tests turn
+    # warnings into errors).
+    locked = subprocess.run(
+        [sys.executable, "-m", "provision", "lock", "conda-e2e", "--out", str(out),
+         "--channel", channel.url, "--solver", "builtin"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert locked.returncode == 0, locked.stderr
+
+    code, text = run_cli("install", "conda-e2e", "--out", str(out), "--solver", "builtin", "--json")
+    assert code == 0, text
+    report = json.loads(text)
+    prefix = Path(report["prefix"])
+    assert report["installer"] == "conda-lock" and install.state_of(prefix) == "complete"
+    assert (prefix / "conda-meta").is_dir()
+    hooks = out / "conda-e2e" / "hooks"
+    assert (prefix / "etc/conda/activate.d/provision.sh").read_bytes() == (
+        hooks / "activate.sh"
+    ).read_bytes()
+    assert (prefix / "etc/conda/deactivate.d/provision.sh").read_bytes() == (
+        hooks / "deactivate.sh"
+    ).read_bytes()
+    python = prefix / "bin" / "python"
+    shown = subprocess.run(
+        [python, "-c", "import provision_tiny, sys; print(provision_tiny.VERSION, sys.prefix)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert shown == ["1.0", str(prefix)]
+
+    extra = install.activation_env(out / "conda-e2e", prefix)
+    assert extra["CONDA_PREFIX"] == str(prefix)
+    assert extra["LD_LIBRARY_PATH"].split(":")[0] == str(prefix / "lib")
+    found = library_versions(python, extra, spec.cuda.major, spec.cudnn.major)
+    assert found["python"] == spec.python and found["prefix"] == str(prefix)
+    assert found["cudart_rc"] == 0
+    cudart = int(str(found["cudart"]))
+    assert f"{cudart // 1000}.{cudart % 1000 // 10}" == spec.cuda.version
+    assert cudnn_version(int(str(found["cudnn"]))) == spec.cudnn.version
+
+    code, text = run_cli("install", "conda-e2e", "--out", str(out), "--solver", "builtin")
+    assert code == 0 and "nothing to do" in text
+
+
+def test_system_path_runs_the_rendered_script_with_prefix_and_python(tmp_path: Path) -> None:
+    """provision install hands the script --prefix, the Python it found, and the options after --;
+    the script itself is tested in tests/test_system_install.py."""
+    rel = next(r for r in matrix.load().releases if install.python_candidates(r.python[-1]))
+    out = tmp_path / "envs"
+    code, text = run_cli("render", "--tf", rel.tf, "--path", "system", "--out", str(out))
+    assert code == 0, text
+    (name,) = [p.name for p in out.iterdir()]
+    code, text = run_cli("install", name, "--out", str(out))
+    assert code == 1 and f"run `provision lock {name}` first" in text
+    (out / name / "requirements.lock").write_text("# an empty lock is enough for a dry run\n")
+    prefix = tmp_path / "root"
+    code, text = run_cli(
+        "install", name, "--out", str(out), "--prefix", str(prefix), "--",
+        "--dry-run", "--skip-driver-check",
+    )  # fmt: skip
+    assert code == 0, text
+    python = install.find_python(rel.python[-1])
+    assert f"would create {prefix}/venvs/{name} with {python}" in text
+    assert "dry run: nothing was changed" in text
+    assert f"(venv: {prefix}/venvs/{name})" in text
+    assert not prefix.exists()
