@@ -1,8 +1,9 @@
-"""`provision bench`: runs provision/benchmark.py inside an environment and summarises its report."""
+"""`provision bench`: runs provision/benchmark.py inside an environment, summarises its report."""
 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,18 +27,26 @@ class BenchResult:
 
     def lines(self) -> list[str]:
         r = self.report
-        out = [f"TensorFlow {r['tensorflow']} on {len(r['devices'])} device(s): "
-               f"{r['settings']['model']} {r['settings']['image_size']}px"]
-        out.append("  matmul " + ", ".join(
-            f"{m['precision']} {m['tflops']:g} TFLOP/s" for m in r["matmul"]))
-        out.append(f"  {'devices':>7}  {'precision':<15} {'images/s':>10} {'epoch s':>8} "
-                   f"{'accuracy':>8} {'speed-up':>8} {'efficiency':>10}")
+        out = [
+            f"TensorFlow {r['tensorflow']} on {len(r['devices'])} device(s): "
+            f"{r['settings']['model']} {r['settings']['image_size']}px"
+        ]
+        out.append(
+            "  matmul "
+            + ", ".join(f"{m['precision']} {m['tflops']:g} TFLOP/s" for m in r["matmul"])
+        )
+        out.append(
+            f"  {'devices':>7}  {'precision':<15} {'images/s':>10} {'epoch s':>8} "
+            f"{'accuracy':>8} {'speed-up':>8} {'efficiency':>10}"
+        )
         for run in r["runs"]:
             out.append(
                 f"  {run['gpus']:>7}  {run['precision']:<15} {run['images_per_s']:>10.1f} "
                 f"{run['epoch_s']:>8.1f} {run['accuracy']:>8.3f} {run['speedup']:>8.2f} "
                 f"{run['efficiency']:>10.2f}"
             )
+        for f in r.get("failed", []):
+            out.append(f"  {f['gpus']:>7}  {f['precision']:<15} failed: {f['error']}")
         out += [f"  note: {m}" for m in r.get("messages", [])]
         if self.plot is not None:
             out.append(f"  plot: {self.plot}")
@@ -82,7 +91,9 @@ def run(
     exe, env = locate(name, out, python)
     with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
         report_file = Path(tmp) / "report.json"
-        done = _proc.run(bench_argv(exe, options, report_file), env=env, timeout=timeout, check=False)
+        done = _proc.run(
+            bench_argv(exe, options, report_file), env=env, timeout=timeout, check=False
+        )
         if not report_file.is_file():
             tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["(no output)"]
             raise BenchError(f"the benchmark failed (exit {done.returncode}): {tail[0][-300:]}")
@@ -105,6 +116,9 @@ def write_plot(report: Mapping[str, Any], plot: Path) -> None:
         tmp = Path(fh.name)
     try:
         benchmark.plot(dict(report), str(tmp))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o666 & ~umask)  # NamedTemporaryFile creates 0600; a plot is for sharing
         tmp.replace(plot)
     finally:
         tmp.unlink(missing_ok=True)

@@ -13,7 +13,8 @@ environment's interpreter; it is also usable on its own:
 Report schema (version 1): {"schema": 1, "tool": "provision-bench", "tensorflow": ..., "devices":
 [...], "settings": {...}, "matmul": [{"precision", "n", "tflops"}], "runs": [{"gpus", "precision",
 "global_batch", "images_per_s", "step_ms", "epoch_s", "accuracy", "speedup", "efficiency"}],
-"messages": [...]}.
+"failed": [{"gpus", "precision", "error"}], "messages": [...]}. Exit 0 when at least one
+configuration ran, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -44,19 +45,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--width", type=int, default=4096, help="hidden width of the mlp model")
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--batch-per-replica", type=int, default=128)
-    p.add_argument("--global-batch", type=int, default=None,
-                   help="fixed global batch; adjusted down to a multiple of the replica count")
+    p.add_argument(
+        "--global-batch",
+        type=int,
+        default=None,
+        help="fixed global batch; adjusted down to a multiple of the replica count",
+    )
     p.add_argument("--steps", type=int, default=30, help="timed steps per configuration")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps before timing")
     p.add_argument("--epoch-images", type=int, default=50_000, help="images per epoch for epoch_s")
-    p.add_argument("--train-epochs", type=int, default=1,
-                   help="passes over the synthetic training split before measuring accuracy")
-    p.add_argument("--dataset", default=None,
-                   help="directory of .npz files with x (N,H,W,3) uint8/float and y (N,) int")
+    p.add_argument(
+        "--train-epochs",
+        type=int,
+        default=1,
+        help="passes over the synthetic training split before measuring accuracy",
+    )
+    p.add_argument(
+        "--dataset",
+        default=None,
+        help="directory of .npz files with x (N,H,W,3) uint8/float and y (N,) int",
+    )
     p.add_argument("--jit", action="store_true", help="compile the model with XLA")
-    p.add_argument("--matmul-n", type=int, default=None, help="matmul size (default 8192 GPU, 1024 CPU)")
-    p.add_argument("--cpu-devices", type=int, default=0,
-                   help="use N virtual CPU devices instead of GPUs (tests, hosts without a GPU)")
+    p.add_argument(
+        "--matmul-n", type=int, default=None, help="matmul size (default 8192 GPU, 1024 CPU)"
+    )
+    p.add_argument(
+        "--cpu-devices",
+        type=int,
+        default=0,
+        help="use N virtual CPU devices instead of GPUs (tests, hosts without a GPU)",
+    )
     p.add_argument("--json", dest="json_out", default=None, help="write the report here")
     p.add_argument("--plot", default=None, help="write a speed-up PNG here (needs matplotlib)")
     p.add_argument("--seed", type=int, default=1234)
@@ -87,7 +105,9 @@ def setup_devices(tf: Any, args: argparse.Namespace, counts: list[int]) -> list[
             tf.config.experimental.set_memory_growth(g, True)
         names = [d.name for d in tf.config.list_logical_devices("GPU")]
     if not names:
-        raise BenchError("no GPU visible to TensorFlow; run `provision verify` or use --cpu-devices N")
+        raise BenchError(
+            "no GPU visible to TensorFlow; run `provision verify` or use --cpu-devices N"
+        )
     if counts[-1] > len(names):
         kind = "virtual CPU devices" if args.cpu_devices else "GPUs"
         raise BenchError(f"asked for {counts[-1]} {kind} but this host has {len(names)}")
@@ -138,16 +158,18 @@ def build_model(tf: Any, args: argparse.Namespace, classes: int) -> Any:
         layers += [keras.layers.Dense(args.width, activation="relu") for _ in range(4)]
         layers += [keras.layers.Dense(classes), keras.layers.Activation("softmax", dtype="float32")]
         return keras.Sequential(layers)
-    return keras.Sequential([
-        keras.Input(shape),
-        keras.layers.Conv2D(32, 3, activation="relu", padding="same"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(64, 3, activation="relu", padding="same"),
-        keras.layers.GlobalAveragePooling2D(),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(classes),
-        keras.layers.Activation("softmax", dtype="float32"),
-    ])
+    return keras.Sequential(
+        [
+            keras.Input(shape),
+            keras.layers.Conv2D(32, 3, activation="relu", padding="same"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(64, 3, activation="relu", padding="same"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(classes),
+            keras.layers.Activation("softmax", dtype="float32"),
+        ]
+    )
 
 
 def set_policy(tf: Any, name: str) -> None:
@@ -158,13 +180,15 @@ def set_policy(tf: Any, name: str) -> None:
 
 
 def matmul_tflops(tf: Any, device: str, precision: str, n: int) -> float:
-    dtype = {"float32": tf.float32, "mixed_float16": tf.float16, "mixed_bfloat16": tf.bfloat16}[precision]
+    dtype = {"float32": tf.float32, "mixed_float16": tf.float16, "mixed_bfloat16": tf.bfloat16}[
+        precision
+    ]
     with tf.device(device):
         a = tf.random.normal((n, n), dtype=tf.float32)
         b = tf.random.normal((n, n), dtype=tf.float32)
         a, b = tf.cast(a, dtype), tf.cast(b, dtype)
 
-        @tf.function
+        @tf.function  # type: ignore[untyped-decorator]
         def mm(x: Any, y: Any) -> Any:
             return tf.reduce_sum(tf.cast(tf.matmul(x, y)[:1, :1], tf.float32))
 
@@ -179,8 +203,14 @@ def matmul_tflops(tf: Any, device: str, precision: str, n: int) -> float:
     return 2 * n**3 / statistics.median(times) / 1e12
 
 
-def run_config(tf: Any, args: argparse.Namespace, devices: list[str], precision: str,
-               data: tuple[Any, Any, Any, Any], messages: list[str]) -> dict[str, Any]:
+def run_config(
+    tf: Any,
+    args: argparse.Namespace,
+    devices: list[str],
+    precision: str,
+    data: tuple[Any, Any, Any, Any],
+    messages: list[str],
+) -> dict[str, Any]:
     n = len(devices)
     if args.global_batch:
         gb = args.global_batch - args.global_batch % n
@@ -210,7 +240,7 @@ def run_config(tf: Any, args: argparse.Namespace, devices: list[str], precision:
     ds = tf.data.Dataset.from_tensor_slices((x_train, y_train)).shuffle(4096, seed=args.seed)
     ds = ds.repeat().batch(gb, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
-    class Timer(tf.keras.callbacks.Callback):  # type: ignore[misc,name-defined]
+    class Timer(tf.keras.callbacks.Callback):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             self.times: list[float] = []
@@ -223,12 +253,25 @@ def run_config(tf: Any, args: argparse.Namespace, devices: list[str], precision:
             self.times.append(time.perf_counter() - self.t0)
 
     timer = Timer()
-    model.fit(ds, steps_per_epoch=args.warmup + args.steps, epochs=1, verbose=0, callbacks=[timer])
-    timed = timer.times[args.warmup:]
+    model.fit(
+        ds,
+        steps_per_epoch=args.warmup + args.steps,
+        epochs=1,
+        verbose=0,
+        callbacks=[timer],
+        shuffle=False,
+    )
+    timed = timer.times[args.warmup :]
     step_s = statistics.median(timed) if timed else float("nan")
     steps_per_pass = max(1, len(x_train) // gb)
     if args.train_epochs > 1:
-        model.fit(ds, steps_per_epoch=steps_per_pass, epochs=args.train_epochs - 1, verbose=0)
+        model.fit(
+            ds,
+            steps_per_epoch=steps_per_pass,
+            epochs=args.train_epochs - 1,
+            verbose=0,
+            shuffle=False,
+        )
     _, acc = model.evaluate(x_test, y_test, batch_size=gb, verbose=0)
     tf.keras.backend.clear_session()
     set_policy(tf, "float32")
@@ -254,11 +297,16 @@ def plot(report: dict[str, Any], path: str) -> None:
     counts = sorted({r["gpus"] for r in report["runs"]})
     ax.plot(counts, counts, "k--", linewidth=1, label="ideal")
     for prec in dict.fromkeys(r["precision"] for r in report["runs"]):
-        rows = sorted((r for r in report["runs"] if r["precision"] == prec), key=lambda r: r["gpus"])
+        rows = sorted(
+            (r for r in report["runs"] if r["precision"] == prec), key=lambda r: r["gpus"]
+        )
         ax.plot([r["gpus"] for r in rows], [r["speedup"] for r in rows], "o-", label=prec)
     s = report["settings"]
-    ax.set_title(f"{s['model']} {s['image_size']}px, batch {s['batch_per_replica']}/replica, "
-                 f"TF {report['tensorflow']}", fontsize=9)
+    ax.set_title(
+        f"{s['model']} {s['image_size']}px, batch {s['batch_per_replica']}/replica, "
+        f"TF {report['tensorflow']}",
+        fontsize=9,
+    )
     ax.set_xlabel("devices" if s.get("cpu_devices") else "GPUs")
     ax.set_ylabel("speed-up over 1 device, float32")
     ax.set_xticks(counts)
@@ -303,22 +351,43 @@ def main(argv: list[str] | None = None) -> int:
             "runs": [],
             "messages": messages,
         }
+        failed: list[dict[str, Any]] = []
         for prec in precisions:
             for c in counts:
-                row = run_config(tf, args, devices[:c], prec, data, messages)
+                try:
+                    row = run_config(tf, args, devices[:c], prec, data, messages)
+                except BenchError:
+                    raise
+                except Exception as exc:  # one configuration failing must not hide the others
+                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                    failed.append({"gpus": c, "precision": prec, "error": first[:300]})
+                    print(f"  {c} x {prec:<15} failed: {first[:120]}", file=sys.stderr, flush=True)
+                    tf.keras.backend.clear_session()
+                    set_policy(tf, "float32")
+                    continue
                 report["runs"].append(row)
-                print(f"  {c} x {prec:<15} {row['images_per_s']:>10.1f} img/s  "
-                      f"acc {row['accuracy']:.3f}", file=sys.stderr, flush=True)
-        base = next((r for r in report["runs"] if r["precision"] == "float32" and r["gpus"] == 1),
-                    None)
+                print(
+                    f"  {c} x {prec:<15} {row['images_per_s']:>10.1f} img/s  "
+                    f"acc {row['accuracy']:.3f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        report["failed"] = failed
+        if not report["runs"]:
+            raise BenchError(f"every configuration failed; first: {failed[0]['error']}")
+        base = next(
+            (r for r in report["runs"] if r["precision"] == "float32" and r["gpus"] == 1), None
+        )
         if base is None:
             base = min(report["runs"], key=lambda r: (r["gpus"], r["precision"]))
             messages.append(f"speed-up is relative to {base['gpus']} x {base['precision']}")
         for r in report["runs"]:
             r["speedup"] = round(r["images_per_s"] / base["images_per_s"], 3)
             # Scaling efficiency compares a precision with its own smallest run, not with float32.
-            own = min((o for o in report["runs"] if o["precision"] == r["precision"]),
-                      key=lambda o: o["gpus"])
+            own = min(
+                (o for o in report["runs"] if o["precision"] == r["precision"]),
+                key=lambda o: o["gpus"],
+            )
             r["efficiency"] = round(
                 (r["images_per_s"] / own["images_per_s"]) / (r["gpus"] / own["gpus"]), 3
             )
