@@ -169,7 +169,10 @@ def lock_cmd(
     "--installer", type=click.Choice(("auto", "uv", "pip")), default="auto", show_default=True,
     help="pip path: what installs the lock into the venv (auto: uv, pip when uv is missing).",
 )  # fmt: skip
-@click.option("--solver", default="auto", show_default=True, help="conda path: the solver.")
+@click.option(
+    "--solver", type=click.Choice(("auto", "conda", "mamba", "micromamba", "builtin")),
+    default="auto", show_default=True, help="conda path: what conda-lock solves with.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.argument("script_args", nargs=-1, metavar="[-- INSTALL.SH OPTIONS]")
 def install_cmd(
@@ -211,7 +214,10 @@ def install_cmd(
 @gpu_options
 @click.option("--prefix", type=click.Path(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Overwrite hand edits, re-lock, rebuild, re-verify.")
-@click.option("--solver", default="auto", show_default=True, help="conda path: the solver.")
+@click.option(
+    "--solver", type=click.Choice(("auto", "conda", "mamba", "micromamba", "builtin")),
+    default="auto", show_default=True, help="conda path: what conda-lock solves with.",
+)  # fmt: skip
 @click.option("--channel", "channels", multiple=True, help="conda path: lock against this channel.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
 def create_cmd(

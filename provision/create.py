@@ -149,7 +149,7 @@ def create(
             result.error, result.hint = f"{step_name} failed: {exc}", exc.hint
         except ProvisionError as exc:
             step.status, step.detail = "failed", str(exc)
-            hint = _HINTS[step_name].replace("NAME", env_spec.name)
+            hint = _HINTS[step_name].replace("NAME", _named(env_spec.name, out))
             result.error, result.hint = f"{step_name} failed: {exc}", hint
         else:
             step.status = "skipped" if detail.startswith(_SKIP) else "ok"
@@ -169,6 +169,11 @@ _HINTS = {
     "install": "fix the cause above and re-run the same command: a partial build is redone",
     "verify": "`provision verify NAME` shows the full report",
 }
+
+
+def _named(name: str, out: Path) -> str:
+    """NAME as a command needs it: with --out when the environments are not in envs/."""
+    return name if Path(out) == Path("envs") else f"{name} --out {out}"
 
 
 def _render(
@@ -253,7 +258,8 @@ def _verify(out: Path, name: str, result: CreateResult, force: bool) -> str:
     if not report.get("ok"):
         failed = [f"{o.get('name')}: {o.get('reason')}" for o in outcomes if not o.get("ok")]
         raise _Failed(
-            "; ".join(failed) or "the smoke test failed", _HINTS["verify"].replace("NAME", name)
+            "; ".join(failed) or "the smoke test failed",
+            _HINTS["verify"].replace("NAME", _named(name, out)),
         )
     if owned:
         tmp = cache.with_suffix(".tmp")
