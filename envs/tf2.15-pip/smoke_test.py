@@ -1455,6 +1455,9 @@ def _dtype_name(x: Any) -> str:
     return str(getattr(d, "name", d))
 
 
+MIXED_MAX_STEPS = 8
+
+
 def _mixed(ctx: Ctx, policy: str, compute: str) -> Result:
     import numpy as np
 
@@ -1480,23 +1483,30 @@ def _mixed(ctx: Ctx, policy: str, compute: str) -> Result:
             lso = getattr(keras.mixed_precision, "LossScaleOptimizer", None)
             lso = lso or keras.optimizers.LossScaleOptimizer
             scaled_opt = lso(opt)
-        with tf.GradientTape() as tape:
-            y = head(dense2(dense1(x)))
-            loss = tf.reduce_mean(tf.square(tf.cast(y, tf.float32) - t))
-            if scaled_opt is not None:
-                # Keras 2: get_scaled_loss/get_unscaled_gradients; Keras 3: scale_loss, and
-                # apply_gradients unscales.
-                scaled = (
-                    scaled_opt.get_scaled_loss(loss)
-                    if hasattr(scaled_opt, "get_scaled_loss")
-                    else scaled_opt.scale_loss(loss)
-                )
-            else:
-                scaled = loss
-        grads = tape.gradient(scaled, variables)
-        if scaled_opt is not None and hasattr(scaled_opt, "get_unscaled_gradients"):
-            grads = scaled_opt.get_unscaled_gradients(grads)
-        (scaled_opt or opt).apply_gradients(zip(grads, variables))
+        # A dynamic loss scaler skips a step whose scaled gradients overflow float16 and halves
+        # its scale; so train until the weights move, a few steps at most, and say how many.
+        steps = 0
+        for steps in range(1, MIXED_MAX_STEPS + 1):  # noqa: B007 - steps is reported
+            with tf.GradientTape() as tape:
+                y = head(dense2(dense1(x)))
+                loss = tf.reduce_mean(tf.square(tf.cast(y, tf.float32) - t))
+                if scaled_opt is not None:
+                    # Keras 2: get_scaled_loss/get_unscaled_gradients; Keras 3: scale_loss, and
+                    # apply_gradients unscales.
+                    scaled = (
+                        scaled_opt.get_scaled_loss(loss)
+                        if hasattr(scaled_opt, "get_scaled_loss")
+                        else scaled_opt.scale_loss(loss)
+                    )
+                else:
+                    scaled = loss
+            grads = tape.gradient(scaled, variables)
+            if scaled_opt is not None and hasattr(scaled_opt, "get_unscaled_gradients"):
+                grads = scaled_opt.get_unscaled_gradients(grads)
+            (scaled_opt or opt).apply_gradients(zip(grads, variables))
+            moved = [np.array(v.numpy(), dtype=np.float64) for v in variables]
+            if not all(np.array_equal(a, b) for a, b in zip(moved, before)):
+                break
         after = [np.array(v.numpy(), dtype=np.float64) for v in variables]
         loss_scale: Optional[float] = None
         if scaled_opt is not None:
@@ -1514,6 +1524,7 @@ def _mixed(ctx: Ctx, policy: str, compute: str) -> Result:
             "optimizer": type(scaled_opt or opt).__name__,
             "loss_scale": loss_scale,
             "loss": float(loss.numpy()),
+            "steps": steps,
         }
     finally:
         mp.set_global_policy("float32")
@@ -1535,7 +1546,7 @@ def _mixed(ctx: Ctx, policy: str, compute: str) -> Result:
     if not np.isfinite(details["loss"]) or not all(np.all(np.isfinite(a)) for a in after):
         problems.append("the training step produced non-finite values")
     elif all(np.array_equal(a, b) for a, b in zip(after, before)):
-        problems.append("the training step changed no weight")
+        problems.append(f"{steps} training step(s) changed no weight")
     if problems:
         return result(FAIL, "; ".join(problems), **details)
     return result(
