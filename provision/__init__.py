@@ -1,3 +1,3 @@
-"""provision: from a cited TensorFlow/CUDA/cuDNN matrix to a locked, built and verified environment."""
+"""provision: from a cited TensorFlow/CUDA/cuDNN matrix to a locked, built, verified environment."""
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""The one place provision starts processes: argv lists only, never a shell string, always a timeout."""
+"""The one place provision starts processes: argv lists, never a shell string, always a timeout."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def run(
     capture: bool = True,
     input: str | None = None,
 ) -> Completed:
-    """Run argv; raise ProvisionError naming the command on a missing program, a timeout, or (check) failure."""
+    """Run argv; ProvisionError naming the command on a missing program, a timeout, or a failure."""
     args = tuple(os.fspath(a) for a in argv)
     full_env = None if env is None else {**os.environ, **env}
     try:
@@ -55,7 +55,9 @@ def run(
     except FileNotFoundError as exc:
         raise ToolMissing(f"{args[0]} is not installed or not on PATH") from exc
     except subprocess.TimeoutExpired as exc:
-        raise ProvisionError(f"{' '.join(args[:3])} ... did not finish within {timeout:g} s") from exc
+        raise ProvisionError(
+            f"{' '.join(args[:3])} ... did not finish within {timeout:g} s"
+        ) from exc
     done = Completed(args, proc.returncode, proc.stdout or "", proc.stderr or "")
     if check and not done:
         tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["(no output)"]

@@ -65,7 +65,9 @@ def cli() -> None:
 
 
 @cli.command("matrix")
-@click.option("--tf", "tf", metavar="X.Y", help="Show one release with every field and its sources.")
+@click.option(
+    "--tf", "tf", metavar="X.Y", help="Show one release with every field and its sources."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def matrix_cmd(tf: str | None, as_json: bool) -> None:
     """The compatibility table: TensorFlow, Python, CUDA, cuDNN, driver, GPUs, channels, sources."""
@@ -83,7 +85,9 @@ def matrix_cmd(tf: str | None, as_json: bool) -> None:
 @cli.command("render")
 @click.option("--tf", "tf", metavar="X.Y", help="TensorFlow release.")
 @click.option("--path", "path", type=click.Choice(PATH_CHOICES), default="conda", show_default=True)
-@click.option("--python", "python", metavar="X.Y", help="Python version (default: newest supported).")
+@click.option(
+    "--python", "python", metavar="X.Y", help="Python version (default: newest supported)."
+)
 @click.option("--name", "name", help="Environment name (default: tf<X.Y>-<path>).")
 @out_option
 @gpu_options
@@ -108,8 +112,16 @@ def render_cmd(
     if all_ == bool(tf):
         raise click.UsageError("give either --tf X.Y or --all")
     result = render.run(
-        out=out, tf=tf, path=path, python=python, name=name, all_=all_, check=check,
-        force=force, gpu_memory=gpu_memory, gpus=gpus,
+        out=out,
+        tf=tf,
+        path=path,
+        python=python,
+        name=name,
+        all_=all_,
+        check=check,
+        force=force,
+        gpu_memory=gpu_memory,
+        gpus=gpus,
     )
     for line in result.lines:
         click.echo(line)
@@ -327,25 +339,42 @@ def verify_cmd(
 @cli.command("bench")
 @click.argument("name", required=False)
 @out_option
-@click.option("--python", "python", type=click.Path(path_type=Path, dir_okay=False),
-              help="Run with this interpreter instead of envs/NAME's environment.")
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Run with this interpreter instead of envs/NAME's environment.",
+)
 @click.option("--gpus", default="1", show_default=True, help="GPU counts to compare, e.g. 1,2,4.")
 @click.option("--precision", default="float32,mixed_float16,mixed_bfloat16", show_default=True)
-@click.option("--model", type=click.Choice(("resnet50", "small_cnn", "mlp")), default="resnet50",
-              show_default=True)
+@click.option(
+    "--model",
+    type=click.Choice(("resnet50", "small_cnn", "mlp")),
+    default="resnet50",
+    show_default=True,
+)
 @click.option("--image-size", type=int, default=32, show_default=True)
 @click.option("--batch-per-replica", type=int, default=128, show_default=True)
 @click.option("--global-batch", type=int, help="Fixed global batch (adjusted to the replicas).")
 @click.option("--steps", type=int, default=30, show_default=True, help="Timed steps per run.")
 @click.option("--warmup", type=int, default=5, show_default=True)
 @click.option("--jit", is_flag=True, help="Compile the model with XLA.")
-@click.option("--dataset", type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="Directory of .npz files (x, y) instead of synthetic data.")
+@click.option(
+    "--dataset",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="Directory of .npz files (x, y) instead of synthetic data.",
+)
 @click.option("--cpu-devices", type=int, default=0, help="Use N virtual CPU devices (no GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), help="Write a PNG plot.")
-def bench_cmd(name: str | None, out: Path, python: Path | None, plot: Path | None, as_json: bool,
-              **options: Any) -> None:
+def bench_cmd(
+    name: str | None,
+    out: Path,
+    python: Path | None,
+    plot: Path | None,
+    as_json: bool,
+    **options: Any,
+) -> None:
     """Multi-GPU scaling and mixed precision: images/s, accuracy, speed-up, matmul TFLOP/s."""
     from provision import bench
 

@@ -1,4 +1,4 @@
-"""The one error root of provision; the CLI turns every ProvisionError into one line and an exit code."""
+"""The one error root of provision: the CLI turns a ProvisionError into a line and an exit code."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ class ProvisionError(Exception):
 
 
 class UsageError(ProvisionError):
-    """The command line asks for something that cannot exist (exit 2, like Click's own usage errors)."""
+    """The command line asks for something that cannot exist (exit 2, as Click's usage errors)."""
 
     exit_code = 2
 

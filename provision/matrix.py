@@ -226,7 +226,10 @@ def parse(raw: dict[str, Any]) -> Matrix:
     for i, item in enumerate(top.get("source", list)):
         r = _Row(f"source[{i}]", item)
         src = Source(
-            r.get("id", str), r.get("url", str), r.get("retrieved", str), r.get("what", str),
+            r.get("id", str),
+            r.get("url", str),
+            r.get("retrieved", str),
+            r.get("what", str),
             r.get("note", str, ""),
         )
         r.done()
@@ -247,10 +250,17 @@ def parse(raw: dict[str, Any]) -> Matrix:
     for item in top.get("cuda", list):
         r = _Row(f"cuda {item.get('version', '?')}", item)
         row = Cuda(
-            r.version("version"), r.version("full"), r.version("driver_min"),
-            r.version("driver_compat_min"), r.get("runfile", str), r.get("runfile_url", str),
-            r.get("runfile_sha256", str), r.get("runfile_md5", str), dict(r.get("conda", dict)),
-            cited(r), r.get("note", str, ""),
+            r.version("version"),
+            r.version("full"),
+            r.version("driver_min"),
+            r.version("driver_compat_min"),
+            r.get("runfile", str),
+            r.get("runfile_url", str),
+            r.get("runfile_sha256", str),
+            r.get("runfile_md5", str),
+            dict(r.get("conda", dict)),
+            cited(r),
+            r.get("note", str, ""),
         )
         r.done()
         if row.version in cudas:
@@ -261,10 +271,16 @@ def parse(raw: dict[str, Any]) -> Matrix:
     for item in top.get("cudnn", list):
         r = _Row(f"cudnn {item.get('version', '?')}", item)
         row_d = Cudnn(
-            r.version("version"), r.version("full"), r.get("cuda_major", int),
-            r.get("archive", str), r.get("url", str), r.get("sha256", str),
-            r.version("conda_forge"), r.get("pip", str),
-            cited(r), r.get("note", str, ""),
+            r.version("version"),
+            r.version("full"),
+            r.get("cuda_major", int),
+            r.get("archive", str),
+            r.get("url", str),
+            r.get("sha256", str),
+            r.version("conda_forge"),
+            r.get("pip", str),
+            cited(r),
+            r.get("note", str, ""),
         )
         r.done()
         if row_d.version in cudnns:
@@ -280,8 +296,11 @@ def parse(raw: dict[str, Any]) -> Matrix:
         )
         r.done()
     forge = CondaForge(
-        tuple(cf.strings("cudatoolkit")), tuple(cf.strings("cuda_version")),
-        tuple(cf.strings("cuda12_packages")), tuple(forge_cudnn), cited(cf),
+        tuple(cf.strings("cudatoolkit")),
+        tuple(cf.strings("cuda_version")),
+        tuple(cf.strings("cuda12_packages")),
+        tuple(forge_cudnn),
+        cited(cf),
         cf.get("note", str, ""),
     )
     cf.done()
@@ -290,12 +309,21 @@ def parse(raw: dict[str, Any]) -> Matrix:
     for item in top.get("release", list):
         r = _Row(f"release {item.get('tf', '?')}", item)
         rel = Release(
-            tf=r.version("tf"), latest=r.version("latest"), pin=r.version("pin"),
-            python=r.strings("python"), cuda=r.get("cuda", str), cudnn=r.get("cudnn", str),
-            and_cuda=r.strings("and_cuda"), pip_wheels=dict(r.get("pip_wheels", dict)),
-            compute_min=r.version("compute_min"), compute_targets=r.strings("compute_targets"),
-            glibc_min=r.version("glibc_min"), windows_native_gpu=r.get("windows_native_gpu", bool),
-            sources=cited(r), pin_note=r.get("pin_note", str, ""), note=r.get("note", str, ""),
+            tf=r.version("tf"),
+            latest=r.version("latest"),
+            pin=r.version("pin"),
+            python=r.strings("python"),
+            cuda=r.get("cuda", str),
+            cudnn=r.get("cudnn", str),
+            and_cuda=r.strings("and_cuda"),
+            pip_wheels=dict(r.get("pip_wheels", dict)),
+            compute_min=r.version("compute_min"),
+            compute_targets=r.strings("compute_targets"),
+            glibc_min=r.version("glibc_min"),
+            windows_native_gpu=r.get("windows_native_gpu", bool),
+            sources=cited(r),
+            pin_note=r.get("pin_note", str, ""),
+            note=r.get("note", str, ""),
             disagreements=r.strings("disagreements", []),
         )
         r.done()

@@ -75,7 +75,8 @@ def refusal(matrix: Matrix, release: Release, path: PathKind) -> str | None:
     if path == "pip" and not release.pip_wheels:
         return (
             f"the pip path cannot serve TensorFlow {release.tf}: NVIDIA publishes no "
-            f"CUDA {cuda.version} / cuDNN {cudnn.version} wheels on PyPI; use --path conda or system"
+            f"CUDA {cuda.version} / cuDNN {cudnn.version} wheels on PyPI; "
+            "use --path conda or system"
         )
     if path == "conda" and not (cudnn.conda_forge or cudnn.pip):
         return (
@@ -90,7 +91,9 @@ def default_name(release: Release, path: PathKind, python: str | None = None) ->
     return f"{base}-py{python}" if python else base
 
 
-def _conda_parts(matrix: Matrix, release: Release, python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _conda_parts(
+    matrix: Matrix, release: Release, python: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     cuda, cudnn = matrix.cuda_of(release), matrix.cudnn_of(release)
     conda = [f"python={python}", "pip"]
     pip = [f"tensorflow=={release.pin}"]
@@ -129,7 +132,7 @@ def resolve(
 ) -> EnvSpec:
     if path not in PATHS:
         raise UsageError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
-    kind: PathKind = path  # type: ignore[assignment]
+    kind: PathKind = path
     release = matrix.release(tf)
     if python is not None and python not in release.python:
         raise UnsupportedCombination(
@@ -188,7 +191,9 @@ def _virtual_packages(cuda: Cuda, release: Release) -> dict[str, str]:
 
 def _check_gpu_policy(gpu: GpuPolicy) -> None:
     if gpu.memory not in (None, "growth") and not (gpu.memory.isdigit() and int(gpu.memory) > 0):
-        raise UsageError(f"--gpu-memory takes 'growth' or a positive number of MiB, not {gpu.memory!r}")
+        raise UsageError(
+            f"--gpu-memory takes 'growth' or a positive number of MiB, not {gpu.memory!r}"
+        )
     if gpu.devices is not None and not re.fullmatch(r"\d+(,\d+)*", gpu.devices):
         raise UsageError(f"--gpus takes GPU indices like 0,1, not {gpu.devices!r}")
 
@@ -208,7 +213,7 @@ def python_sort_key(version: str) -> Version:
 
 
 def expected(spec: EnvSpec) -> dict[str, object]:
-    """What the smoke test must find inside the environment; baked into each rendered smoke_test.py."""
+    """What the smoke test must find in the environment; baked into each rendered smoke_test.py."""
     return {
         "schema": 1,
         "name": spec.name,

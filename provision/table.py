@@ -1,4 +1,4 @@
-"""Presentation of the matrix: the overview table, one release in full with its sources, and JSON."""
+"""How the matrix is shown: the overview table, one release in full with its sources, and JSON."""
 
 from __future__ import annotations
 
@@ -25,25 +25,38 @@ def _paths_cell(m: Matrix, rel: Release) -> str:
 
 
 def overview(m: Matrix) -> str:
-    header = ("TF", "pin", "Python", "CUDA", "cuDNN", "driver >=", "CC >=", "glibc", "conda-forge",
-              "paths", "win GPU")
+    header = (
+        "TF",
+        "pin",
+        "Python",
+        "CUDA",
+        "cuDNN",
+        "driver >=",
+        "CC >=",
+        "glibc",
+        "conda-forge",
+        "paths",
+        "win GPU",
+    )
     rows = [header]
     for rel in m.releases:
         cuda, cudnn = m.cuda_of(rel), m.cudnn_of(rel)
         pys = rel.python
-        rows.append((
-            rel.tf,
-            rel.pin,
-            f"{pys[0]}-{pys[-1]}" if len(pys) > 1 else pys[0],
-            cuda.full,
-            cudnn.full,
-            f"{cuda.driver_min} ({cuda.driver_compat_min})",
-            rel.compute_min,
-            rel.glibc_min,
-            _conda_cell(m, rel),
-            _paths_cell(m, rel),
-            "yes" if rel.windows_native_gpu else "no",
-        ))
+        rows.append(
+            (
+                rel.tf,
+                rel.pin,
+                f"{pys[0]}-{pys[-1]}" if len(pys) > 1 else pys[0],
+                cuda.full,
+                cudnn.full,
+                f"{cuda.driver_min} ({cuda.driver_compat_min})",
+                rel.compute_min,
+                rel.glibc_min,
+                _conda_cell(m, rel),
+                _paths_cell(m, rel),
+                "yes" if rel.windows_native_gpu else "no",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -78,9 +91,10 @@ def detail(m: Matrix, rel: Release) -> str:
     lines.append("  paths")
     for p in PATHS:
         why = refusal(m, rel, p)
-        lines.append(f"    {p:<8} {'ok: ' + _conda_cell(m, rel) if p == 'conda' and not why else why or 'ok'}")
-    lines += [""] + _block(f"CUDA {cuda.version}", cuda, skip=("sources",))
-    lines += [""] + _block(f"cuDNN {cudnn.version}", cudnn, skip=("sources",))
+        state = why or ("ok: " + _conda_cell(m, rel) if p == "conda" else "ok")
+        lines.append(f"    {p:<8} {state}")
+    lines += ["", *_block(f"CUDA {cuda.version}", cuda, skip=("sources",))]
+    lines += ["", *_block(f"cuDNN {cudnn.version}", cudnn, skip=("sources",))]
     lines += ["", "Sources"]
     for label, ids in (("release", rel.sources), ("cuda", cuda.sources), ("cudnn", cudnn.sources)):
         for sid in ids:
@@ -93,9 +107,7 @@ def detail(m: Matrix, rel: Release) -> str:
 
 
 def _asdict(obj: Any) -> dict[str, Any]:
-    return {
-        k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(obj).items()
-    }
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(obj).items()}
 
 
 def release_json(m: Matrix, rel: Release) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +22,9 @@ def nvidia_artifacts(
     holding NVIDIA's real libcudart and libcudnn from PyPI wheels (fetched once, cached under
     ~/.cache/provision-tests). Built once per session per (CUDA, cuDNN); treat them as read-only."""
     built: dict[tuple[str, str], Artifacts] = {}
+
+    if shutil.which("xz") is None:
+        pytest.skip("xz is not installed: install.sh unpacks the .tar.xz cuDNN archives with it")
 
     def build(cuda: Cuda, cudnn: Cudnn) -> Artifacts:
         key = (cuda.version, cudnn.version)

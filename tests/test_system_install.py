@@ -263,6 +263,25 @@ needs_no_driver = pytest.mark.skipif(
 
 
 @needs_no_driver
+def test_a_missing_program_is_named_before_anything_is_written(
+    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+) -> None:
+    # A PATH holding every program of this host but xz: NVIDIA's cuDNN archives are .tar.xz.
+    bin_dir = tmp_path / "bin-without-xz"
+    bin_dir.mkdir()
+    for d in reversed(ok_path.split(os.pathsep)):
+        for exe in Path(d).glob("*") if Path(d).is_dir() else []:
+            if exe.name != "xz" and os.access(exe, os.X_OK) and not exe.is_dir():
+                (bin_dir / exe.name).unlink(missing_ok=True)
+                (bin_dir / exe.name).symlink_to(exe.resolve())
+    prefix = tmp_path / "prefix"
+    files = local_files(art)
+    done = run_script(script, "--prefix", prefix, *files, path=str(bin_dir), tmp=tmp_path)
+    assert done.rc == 1, done.out
+    assert "missing program(s): xz (package xz-utils)" in done.stderr
+    assert not prefix.exists()
+
+
 def test_no_driver_is_refused_with_the_reason(tmp_path: Path, script: Path, art: Artifacts) -> None:
     prefix = tmp_path / "prefix"
     done = run_script(script, "--prefix", prefix, *local_files(art), path=host_path(), tmp=tmp_path)

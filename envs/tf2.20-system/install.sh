@@ -292,6 +292,20 @@ read_driver_version() {
 	return 1
 }
 
+# Every program a step needs, checked before anything is downloaded or written.
+check_tools() {
+	local missing=() t
+	for t in tar sha256sum md5sum; do
+		command -v "$t" >/dev/null 2>&1 || missing+=("$t")
+	done
+	case $CUDNN_ARCHIVE_NAME in
+	*.tar.xz) command -v xz >/dev/null 2>&1 || missing+=("xz (package xz-utils)") ;;
+	esac
+	if ((${#missing[@]})); then
+		die "missing program(s): ${missing[*]}; install them and run this script again"
+	fi
+}
+
 check_driver() {
 	local needs="CUDA $CUDA_VERSION needs NVIDIA driver >= $DRIVER_MIN (its own minimum), or at least >= $DRIVER_COMPAT_MIN (CUDA $CUDA_MAJOR minor-version compatibility)"
 	if ((SKIP_DRIVER_CHECK)); then
@@ -906,6 +920,7 @@ else
 	say "under $PREFIX: toolkit $CUDA_HOME, configuration in $ETC_DIR, venv $VENV_DIR"
 fi
 
+check_tools
 check_driver
 if ((!SKIP_VENV)); then
 	choose_python

@@ -1,4 +1,4 @@
-"""Plain TensorFlow matmul throughput, the baseline the smoke test's matmul figures are held against.
+"""Plain TensorFlow matmul throughput: the baseline for the smoke test's matmul figures.
 
 8192x8192, 20 iterations after warm-up, per precision (fp32 with TF32 off and on, fp16, bf16).
 """
@@ -8,8 +8,12 @@ import time
 import tensorflow as tf
 
 n, iters = 8192, 20
-for name, dtype, tf32 in [("fp32", tf.float32, False), ("tf32", tf.float32, True),
-                          ("fp16", tf.float16, True), ("bf16", tf.bfloat16, True)]:
+for name, dtype, tf32 in [
+    ("fp32", tf.float32, False),
+    ("tf32", tf.float32, True),
+    ("fp16", tf.float16, True),
+    ("bf16", tf.bfloat16, True),
+]:
     tf.config.experimental.enable_tensor_float_32_execution(tf32)
     with tf.device("/GPU:0"):
         a = tf.cast(tf.random.normal((n, n)), dtype)
