@@ -71,12 +71,7 @@ def locate(name: str | None, out: Path, python: Path | None) -> tuple[Path, dict
         return python, {}
     if name is None:
         raise UsageError("give an environment NAME, or --python EXE")
-    env = install.load_env(out, name)
-    prefix = install.default_prefix(name, env.path)
-    exe = install.interpreter(prefix)
-    if not exe.exists():
-        raise BenchError(f"no environment at {prefix}: build it with `provision install {name}`")
-    return exe, install.activation_env(env.root, prefix)
+    return install.locate(Path(out) / name)
 
 
 def run(

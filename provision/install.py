@@ -163,6 +163,20 @@ def interpreter(prefix: Path) -> Path:
     return prefix / "bin" / "python"
 
 
+def locate(env_dir: Path, prefix: Path | None = None) -> tuple[Path, dict[str, str]]:
+    """The interpreter of env_dir's built environment (at its default prefix unless given) and the
+    variables its activation sets, for running it without a shell (verify, bench)."""
+    env = load_env(Path(env_dir).parent, Path(env_dir).name)
+    where = Path(prefix) if prefix is not None else default_prefix(env.name, env.path)
+    python = interpreter(where)
+    if not python.exists():
+        raise InstallError(
+            f"no environment at {where}: build it with `provision install {env.name}`, or "
+            "point at one with --prefix DIR or --python EXE"
+        )
+    return python, activation_env(env_dir, where)
+
+
 # -- markers ---------------------------------------------------------------------------------
 
 State = Literal["absent", "foreign", "building", "stale", "complete"]

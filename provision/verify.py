@@ -342,14 +342,6 @@ def run_smoke(
     return validate(report)
 
 
-def _request_path(env_dir: Path) -> str:
-    try:
-        data = json.loads((env_dir / MANIFEST).read_text(encoding="utf-8"))
-        return str(data.get("request", data)["path"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return "pip"
-
-
 def verify(
     name: str | None = None,
     *,
@@ -372,17 +364,9 @@ def verify(
         expected = expected_for(env_dir)
         rendered = env_dir / "smoke_test.py"
         smoke, pass_expected = (rendered, False) if rendered.is_file() else (SMOKE_TEST, True)
-        if python is None and prefix is None:
-            prefix = install.default_prefix(name, _request_path(env_dir))
         if python is None:
-            assert prefix is not None
-            python = install.interpreter(prefix)
-            if not python.exists():
-                raise VerifyError(
-                    f"no environment at {prefix}: build it with `provision install {name}`, or "
-                    "point at one with --prefix DIR or --python EXE"
-                )
-        if prefix is not None:
+            python, env = install.locate(env_dir, prefix)
+        elif prefix is not None:
             env = install.activation_env(env_dir, prefix)
     elif prefix is not None and python is None:
         python = install.interpreter(prefix)
