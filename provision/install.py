@@ -35,6 +35,9 @@ MARKER_SCHEMA = 1
 MANIFEST = "provision.json"
 LOCKS = {"conda": "conda-lock.yml", "pip": "requirements.lock", "system": "requirements.lock"}
 HOOKS = ("hooks/activate.sh", "hooks/deactivate.sh")
+# Rendered only with --gpu-memory MiB: a .pth that imports the module at interpreter start-up, so
+# the limit is configured before TensorFlow initialises its GPUs.
+STARTUP_HOOKS = ("hooks/provision_gpu_policy.py", "hooks/provision_gpu_policy.pth")
 INSTALL_TIMEOUT = 3600.0
 Installer = Literal["auto", "uv", "pip"]
 # Variables a shell sets for itself; they are not part of what an activation hook changes.
@@ -113,7 +116,7 @@ def sha256_file(path: Path) -> str:
 def inputs_digest(env: EnvDir) -> str:
     """What a built prefix depends on: the lock, the hooks, the path and the Python line."""
     h = hashlib.sha256(f"{MARKER_SCHEMA}\0{env.path}\0{env.python}\0".encode())
-    for rel in (LOCKS[env.path], *HOOKS):
+    for rel in (LOCKS[env.path], *HOOKS, *STARTUP_HOOKS):
         f = env.root / rel
         h.update(rel.encode() + b"\0" + (f.read_bytes() if f.is_file() else b"-") + b"\0")
     return h.hexdigest()
@@ -421,6 +424,16 @@ def install_venv_hooks(env_dir: Path, prefix: Path) -> None:
     activate.write_text(text.rstrip("\n") + "\n" + _VENV_HOOK_BLOCK, encoding="utf-8")
 
 
+def install_startup_hooks(env_dir: Path, prefix: Path, python: str) -> None:
+    """Put the GPU-policy start-up hook, when the environment has one, into its site-packages."""
+    site = prefix / "lib" / f"python{python}" / "site-packages"
+    for rel in STARTUP_HOOKS:
+        src = env_dir / rel
+        if src.is_file():
+            site.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, site / Path(rel).name)
+
+
 def install_conda_hooks(env_dir: Path, prefix: Path) -> None:
     """conda runs every script in etc/conda/activate.d on activation and deactivate.d on leaving."""
     for rel, sub in zip(HOOKS, ("activate.d", "deactivate.d"), strict=True):
@@ -507,6 +520,7 @@ def _build_pip(env: EnvDir, prefix: Path, installer: Installer) -> str:
         _run_step("pip install", pip_install_argv(venv_python, lock), prefix)
         used = "pip"
     install_venv_hooks(env.root, prefix)
+    install_startup_hooks(env.root, prefix, env.python)
     return used
 
 
@@ -524,6 +538,7 @@ def _build_conda(env: EnvDir, prefix: Path, solver: str) -> str:
         _run_step("conda-lock install", argv, prefix, env=_pip_guard(Path(guard)))
     _check_pip_part(env.lock, prefix)
     install_conda_hooks(env.root, prefix)
+    install_startup_hooks(env.root, prefix, env.python)
     return "conda-lock"
 
 

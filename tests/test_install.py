@@ -262,6 +262,34 @@ def test_install_builds_a_venv_from_the_lock_with_hooks(index: Index, env: Env) 
     ]
 
 
+def test_a_gpu_memory_limit_is_installed_as_a_start_up_hook(
+    index: Index, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tf, python = _pip_release()
+    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))
+    out = tmp_path / "envs"
+    code, text = run_cli(
+        "render", "--tf", tf, "--path", "pip", "--python", python, "--name", "lim",
+        "--out", str(out), "--gpu-memory", "1024",
+    )  # fmt: skip
+    assert code == 0, text
+    limited = Env(out, "lim", tmp_path / "home")
+    limited.lock(index.add("1.0"))
+    code, text = run_cli("install", "lim", "--out", str(out), "--json")
+    assert code == 0, text
+    prefix = Path(json.loads(text)["prefix"])
+    site = site_packages(prefix)
+    assert (site / "provision_gpu_policy.pth").is_file()
+    # The interpreter imports the hook at start-up; without TensorFlow it only records its intent.
+    shown = subprocess.run(
+        [prefix / "bin" / "python", "-c",
+         "import sys; print('provision_gpu_policy' in sys.modules)"],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, **install.activation_env(out / "lim", prefix)},
+    ).stdout.split()  # fmt: skip
+    assert shown == ["True"]
+
+
 def test_activation_env_gives_a_direct_interpreter_what_activation_gives(
     index: Index, env: Env
 ) -> None:
