@@ -332,6 +332,13 @@ LOG_RULES = (
     (r"XLA service .* initialized for platform", "XLA service", "benign"),
     (r"StreamExecutor (device )?[\[(]\d+[\])]", "XLA service", "benign"),
     (r"Compiled cluster using XLA", "XLA compiled", "benign"),
+    # The matrix pins ptxas to the build's CUDA line on purpose (a newer one emits PTX that older
+    # drivers reject); TensorFlow then cautions about a clamping edge case of ptxas <= 12.6.2.
+    (
+        r"Invoking ptxas with version 12\.[0-6]\.\d+, which corresponds to a CUDA version",
+        "ptxas of the pinned CUDA 12 line (clamping caveat)",
+        "benign",
+    ),
     (r"disabling MLIR crash reproducer", "MLIR notice", "benign"),
     (r"Loaded cuDNN version", "cuDNN loaded", "benign"),
     (r"Plugin optimizer for device_type", "plugin optimizer", "benign"),
