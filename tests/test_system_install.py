@@ -280,6 +280,12 @@ def test_a_missing_program_is_named_before_anything_is_written(
     assert done.rc == 1, done.out
     assert "missing program(s): xz (package xz-utils)" in done.stderr
     assert not prefix.exists()
+    dry = run_script(
+        script, "--prefix", prefix, "--dry-run", *files, path=str(bin_dir), tmp=tmp_path
+    )
+    assert dry.rc == 0, dry.out
+    assert "missing program(s): xz (package xz-utils); a real run would stop here" in dry.out
+    assert not prefix.exists()
 
 
 def test_no_driver_is_refused_with_the_reason(tmp_path: Path, script: Path, art: Artifacts) -> None:

@@ -302,7 +302,11 @@ check_tools() {
 	*.tar.xz) command -v xz >/dev/null 2>&1 || missing+=("xz (package xz-utils)") ;;
 	esac
 	if ((${#missing[@]})); then
-		die "missing program(s): ${missing[*]}; install them and run this script again"
+		if ((DRY_RUN)); then
+			warn "missing program(s): ${missing[*]}; a real run would stop here"
+		else
+			die "missing program(s): ${missing[*]}; install them and run this script again"
+		fi
 	fi
 }
 
