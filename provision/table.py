@@ -81,7 +81,13 @@ def _block(title: str, obj: Any, skip: tuple[str, ...] = ()) -> list[str]:
     for f in dataclasses.fields(obj):
         if f.name in skip:
             continue
-        lines.append(f"  {f.name:<20} {_fmt(getattr(obj, f.name))}")
+        value = getattr(obj, f.name)
+        if isinstance(value, tuple) and any(len(str(v)) > 40 for v in value):
+            # Long entries (disagreements, notes) read better one to a line.
+            lines.append(f"  {f.name}")
+            lines += [f"    - {v}" for v in value]
+            continue
+        lines.append(f"  {f.name:<20} {_fmt(value)}")
     return lines
 
 
