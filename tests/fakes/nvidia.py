@@ -38,10 +38,10 @@ from typing import Any
 
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
+from tools.wheel_facts import SIMPLE_JSON, RangeReader, index_url
 
 from provision.matrix import Cuda, Cudnn
 
-SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 PAYLOAD_MARK = "__PAYLOAD_BELOW__"
 FIXED_MTIME = 1_600_000_000  # archives are byte-identical from run to run
 
@@ -52,16 +52,6 @@ FIXED_MTIME = 1_600_000_000  # archives are byte-identical from run to run
 def cache_dir() -> Path:
     configured = os.environ.get("PROVISION_TEST_CACHE")
     return Path(configured) if configured else Path.home() / ".cache" / "provision-tests"
-
-
-def index_url() -> str:
-    """pip's index: PIP_INDEX_URL, else pip's own default (no host name is written here)."""
-    configured = os.environ.get("PIP_INDEX_URL", "")
-    if configured:
-        return configured.rstrip("/")
-    from pip._internal.models.index import PyPI
-
-    return str(PyPI.simple_url).rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -88,41 +78,6 @@ def linux_wheels(project: str) -> list[Wheel]:
     return sorted(found, key=lambda w: (Version(w.version), w.filename))
 
 
-class _RangeFile(io.RawIOBase):
-    """A seekable read-only file over HTTP Range requests, so zipfile reads single members."""
-
-    def __init__(self, url: str, size: int):
-        super().__init__()
-        self.url, self.size, self.pos = url, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = base + offset
-        return self.pos
-
-    def readinto(self, buffer: Any) -> int:
-        if self.pos >= self.size:
-            return 0
-        end = min(self.pos + len(buffer), self.size) - 1
-        req = urllib.request.Request(self.url, headers={"Range": f"bytes={self.pos}-{end}"})
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            if resp.status != 206:
-                raise OSError(f"{self.url}: the index ignored a Range request (HTTP {resp.status})")
-            data = resp.read()
-        buffer[: len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-
 def wheel_members(wheel: Wheel, patterns: Iterable[str]) -> Path:
     """A cached directory holding the wheel's members that match any glob pattern.
 
@@ -137,7 +92,7 @@ def wheel_members(wheel: Wheel, patterns: Iterable[str]) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest.parent))
     try:
-        raw = io.BufferedReader(_RangeFile(wheel.url, wheel.size), buffer_size=1 << 16)
+        raw = io.BufferedReader(RangeReader(wheel.url, wheel.size), buffer_size=1 << 16)
         with zipfile.ZipFile(raw) as zf:
             names = [n for n in zf.namelist() if any(fnmatch(n, p) for p in wanted)]
             if not names:

@@ -23,7 +23,6 @@ import argparse
 import ast
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -49,12 +48,10 @@ LEGACY_MANYLINUX = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014
 
 
 def index_url() -> str:
-    configured = os.environ.get("PIP_INDEX_URL", "")
-    if configured:
-        return configured.rstrip("/")
-    from pip._internal.models.index import PyPI
+    """pip's configured index (PIP_INDEX_URL, pip.conf), else pip's own default."""
+    from provision.pylock import pip_default_index, pip_index_url
 
-    return str(PyPI.simple_url).rstrip("/")
+    return (pip_index_url() or pip_default_index()).rstrip("/")
 
 
 def simple(project: str, index: str | None = None) -> dict[str, Any]:
