@@ -23,6 +23,9 @@ PATH_CHOICES = ("conda", "system", "pip")
 class Group(click.Group):
     """Translates every ProvisionError once: one line on stderr, the error's exit code."""
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # the order of the workflow, not the alphabet
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
