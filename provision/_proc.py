@@ -22,6 +22,11 @@ class Completed:
     def __bool__(self) -> bool:
         return self.returncode == 0
 
+    def last_line(self, default: str = "(no output)") -> str:
+        """The last line the command printed, stderr first: usually its own reason for failing."""
+        lines = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        return lines[-1] if lines else default
+
 
 def which(name: str) -> str | None:
     return shutil.which(name)
@@ -60,6 +65,7 @@ def run(
         ) from exc
     done = Completed(args, proc.returncode, proc.stdout or "", proc.stderr or "")
     if check and not done:
-        tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["(no output)"]
-        raise ProvisionError(f"{Path(args[0]).name} failed (exit {done.returncode}): {tail[0]}")
+        raise ProvisionError(
+            f"{Path(args[0]).name} failed (exit {done.returncode}): {done.last_line()}"
+        )
     return done

@@ -90,8 +90,9 @@ def run(
             bench_argv(exe, options, report_file), env=env, timeout=timeout, check=False
         )
         if not report_file.is_file():
-            tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["(no output)"]
-            raise BenchError(f"the benchmark failed (exit {done.returncode}): {tail[0][-300:]}")
+            raise BenchError(
+                f"the benchmark failed (exit {done.returncode}): {done.last_line()[-300:]}"
+            )
         report = json.loads(report_file.read_text(encoding="utf-8"))
     if plot is not None:
         write_plot(report, plot)

@@ -437,8 +437,8 @@ def _nvml(ctx: _Context) -> tuple[dict[str, Any], str, str]:
 def _crash(done: _proc.Completed) -> str:
     if done.returncode < 0:
         return f"the probe process died of signal {-done.returncode}"
-    tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["no output"]
-    return f"the probe process failed (exit {done.returncode}): {tail[0][:200]}"
+    tail = done.last_line("no output")
+    return f"the probe process failed (exit {done.returncode}): {tail[:200]}"
 
 
 def _find_nvidia_smi(ctx: _Context) -> Path | None:

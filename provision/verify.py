@@ -335,9 +335,8 @@ def run_smoke(
     try:
         report = json.loads(done.stdout)
     except ValueError:
-        tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-1:] or ["(no output)"]
         raise VerifyError(
-            f"the smoke test printed no report (exit {done.returncode}): {tail[0][-300:]}"
+            f"the smoke test printed no report (exit {done.returncode}): {done.last_line()[-300:]}"
         ) from None
     return validate(report)
 
