@@ -8,8 +8,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from packaging.version import Version
-
 from provision.errors import UnsupportedCombination, UsageError
 from provision.matrix import Cuda, Cudnn, Matrix, Release
 
@@ -206,10 +204,6 @@ def all_specs(matrix: Matrix) -> list[EnvSpec]:
         for path in PATHS
         if refusal(matrix, rel, path) is None
     ]
-
-
-def python_sort_key(version: str) -> Version:
-    return Version(version)
 
 
 def expected(spec: EnvSpec) -> dict[str, object]:

@@ -386,11 +386,3 @@ def report_of(env_dir: Path, prefix: Path, *, require_gpu: bool = False) -> dict
     env_dir = Path(env_dir)
     result = verify(env_dir.name, out=env_dir.parent, prefix=Path(prefix), require_gpu=require_gpu)
     return result.as_json()
-
-
-def load_report(path: Path) -> dict[str, Any]:
-    """A report written with `smoke_test.py --out FILE` (or a fixture)."""
-    try:
-        return validate(json.loads(Path(path).read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:
-        raise VerifyError(f"cannot read the report {path}: {exc}") from exc
