@@ -1,4 +1,4 @@
-"""`provision bench`: runs provision/benchmark.py inside an environment, summarises its report."""
+"""`provision bench`: runs the payload's benchmark inside an environment, summarises its report."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from typing import Any
 
 from provision import _proc
 from provision.errors import ProvisionError, UsageError
-
-BENCHMARK = Path(__file__).with_name("benchmark.py")
+from provision.payload_app import payload_argv
 
 
 class BenchError(ProvisionError):
@@ -54,13 +53,13 @@ class BenchResult:
 
 
 def bench_argv(python: Path, options: Mapping[str, Any], json_out: Path) -> list[str]:
-    argv = [str(python), str(BENCHMARK), "--json", str(json_out)]
+    args = ["--json", str(json_out)]
     for key, value in options.items():
         if value is None or value is False:
             continue
         flag = "--" + key.replace("_", "-")
-        argv += [flag] if value is True else [flag, str(value)]
-    return argv
+        args += [flag] if value is True else [flag, str(value)]
+    return payload_argv(python, "bench", args)
 
 
 def locate(name: str | None, out: Path, python: Path | None) -> tuple[Path, dict[str, str]]:
@@ -105,13 +104,13 @@ def write_plot(report: Mapping[str, Any], plot: Path) -> None:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         raise BenchError("--plot needs matplotlib: pip install 'provision[bench]'") from exc
-    from provision import benchmark
+    from provision.payload import bench as payload_bench
 
     plot.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=plot.parent, suffix=".png", delete=False) as fh:
         tmp = Path(fh.name)
     try:
-        benchmark.plot(dict(report), str(tmp))
+        payload_bench.plot(dict(report), str(tmp))
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o666 & ~umask)  # NamedTemporaryFile creates 0600; a plot is for sharing

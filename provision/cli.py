@@ -42,6 +42,7 @@ def emit_json(data: Any) -> None:
 
 
 def out_option(f: F) -> F:
+    """Where render and create write environment directories."""
     return click.option(
         "--out",
         "out",
@@ -49,6 +50,30 @@ def out_option(f: F) -> F:
         default=Path("envs"),
         show_default=True,
         help="Directory that holds the environment directories.",
+    )(f)
+
+
+def find_option(f: F) -> F:
+    """Where a NAME is looked up: the registry of built environments, then envs/ (or only --out)."""
+    return click.option(
+        "--out",
+        "out",
+        type=click.Path(path_type=Path, file_okay=False, dir_okay=True),
+        default=None,
+        help="Look for NAME only in this directory of environment directories "
+        "(default: the environments built here, then ./envs).",
+    )(f)
+
+
+def _find(name: str, out: Path | None) -> Any:
+    from provision import environment
+
+    return environment.find(name, out)
+
+
+def jupyter_option(f: F) -> F:
+    return click.option(
+        "--jupyter", is_flag=True, help="Include ipykernel, for `provision kernel NAME`."
     )(f)
 
 
@@ -94,6 +119,7 @@ def matrix_cmd(tf: str | None, as_json: bool) -> None:
 @click.option("--name", "name", help="Environment name (default: tf<X.Y>-<path>).")
 @out_option
 @gpu_options
+@jupyter_option
 @click.option("--all", "all_", is_flag=True, help="Every release on every path that can serve it.")
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 when files on disk are stale.")
 @click.option("--force", is_flag=True, help="Overwrite files edited by hand since rendering.")
@@ -105,11 +131,12 @@ def render_cmd(
     out: Path,
     gpu_memory: str | None,
     gpus: str | None,
+    jupyter: bool,
     all_: bool,
     check: bool,
     force: bool,
 ) -> None:
-    """Render envs/<name>/: environment file or install script, hooks, lock inputs, smoke test."""
+    """Render envs/<name>/: the lock inputs, hooks/runtime.env and the manifest provision.json."""
     from provision import render
 
     if all_ == bool(tf):
@@ -125,6 +152,7 @@ def render_cmd(
         force=force,
         gpu_memory=gpu_memory,
         gpus=gpus,
+        jupyter=jupyter,
     )
     for line in result.lines:
         click.echo(line)
@@ -134,7 +162,7 @@ def render_cmd(
 
 @cli.command("lock")
 @click.argument("name")
-@out_option
+@find_option
 @click.option(
     "--platform", "platforms", multiple=True, metavar="SUBDIR",
     help="Target platform (repeatable; default: the spec's, linux-64).",
@@ -155,7 +183,7 @@ def render_cmd(
 )  # fmt: skip
 def lock_cmd(
     name: str,
-    out: Path,
+    out: Path | None,
     platforms: tuple[str, ...],
     channels: tuple[str, ...],
     solver: str,
@@ -165,8 +193,10 @@ def lock_cmd(
     """Lock envs/NAME: conda-lock.yml (conda path), requirements.lock with hashes (pip, system)."""
     from provision import lock
 
+    found = _find(name, out)
     result = lock.run(
-        out, name, platforms=platforms, channels=channels, solver=solver, check=check,
+        found.env.root.parent, name, platforms=platforms, channels=channels, solver=solver,
+        check=check,
         cache_dir=cache_dir,
     )  # fmt: skip
     for line in result.lines:
@@ -177,7 +207,7 @@ def lock_cmd(
 
 @cli.command("install", context_settings={"ignore_unknown_options": False})
 @click.argument("name")
-@out_option
+@find_option
 @click.option("--prefix", type=click.Path(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Rebuild even when the environment is complete.")
 @click.option(
@@ -192,7 +222,7 @@ def lock_cmd(
 @click.argument("script_args", nargs=-1, metavar="[-- INSTALL.SH OPTIONS]")
 def install_cmd(
     name: str,
-    out: Path,
+    out: Path | None,
     prefix: Path | None,
     force: bool,
     installer: str,
@@ -200,11 +230,16 @@ def install_cmd(
     as_json: bool,
     script_args: tuple[str, ...],
 ) -> None:
-    """Build envs/NAME on this machine from its lock (conda prefix, venv, or the system script)."""
+    """Build NAME on this machine from its lock (conda prefix, venv, or the system script).
+
+    --force rebuilds a complete environment and accepts rendered files edited by hand."""
     from provision import install
 
+    found = _find(name, out)
+    if prefix is None and found.record is not None and found.record.owned:
+        prefix = Path(found.record.prefix)  # rebuild where it was built
     result = install.install(
-        out, name, prefix, force=force, installer=installer,  # type: ignore[arg-type]
+        found.env, prefix, force=force, installer=installer,  # type: ignore[arg-type]
         solver=solver, script_args=script_args,
     )  # fmt: skip
     if as_json:
@@ -227,6 +262,7 @@ def install_cmd(
 @click.option("--name", "name", help="Environment name (default: tf<X.Y>-<path>).")
 @out_option
 @gpu_options
+@jupyter_option
 @click.option("--prefix", type=click.Path(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Overwrite hand edits, re-lock, rebuild, re-verify.")
 @click.option(
@@ -243,6 +279,7 @@ def create_cmd(
     out: Path,
     gpu_memory: str | None,
     gpus: str | None,
+    jupyter: bool,
     prefix: Path | None,
     force: bool,
     solver: str,
@@ -255,6 +292,7 @@ def create_cmd(
     result = create.create(
         tf=tf, path=path, python=python, name=name, out=out, gpu_memory=gpu_memory, gpus=gpus,
         prefix=prefix, force=force, solver=solver, channels=channels, progress=_show_step,
+        jupyter=jupyter,
     )  # fmt: skip
     if as_json:
         emit_json(result.as_json())
@@ -263,7 +301,8 @@ def create_cmd(
         click.echo(f"provision: what to do: {result.hint}", err=True)
         sys.exit(1)
     if not as_json:
-        click.echo(f"{result.name}: ready at {result.prefix} (python: {result.python})")
+        device = f" ({result.cpu_only})" if result.cpu_only else ""
+        click.echo(f"{result.name}: ready{device} at {result.prefix} (python: {result.python})")
 
 
 def _show_step(step: Any) -> None:
@@ -304,10 +343,10 @@ def doctor_cmd(tf: str | None, as_json: bool, root: Path | None) -> None:
 
 @cli.command("verify")
 @click.argument("name", required=False)
-@out_option
+@find_option
 @click.option(
     "--python", "python", type=click.Path(path_type=Path, dir_okay=False),
-    help="Run the smoke test with this interpreter (as is: no activation unless --prefix).",
+    help="Run the smoke test with this interpreter, as it is (no activation).",
 )  # fmt: skip
 @click.option("--prefix", type=click.Path(path_type=Path), help="The environment's prefix.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -318,18 +357,27 @@ def doctor_cmd(tf: str | None, as_json: bool, root: Path | None) -> None:
 )  # fmt: skip
 def verify_cmd(
     name: str | None,
-    out: Path,
+    out: Path | None,
     python: Path | None,
     prefix: Path | None,
     as_json: bool,
     require_gpu: bool,
     timeout: float,
 ) -> None:
-    """Run NAME's smoke test inside its environment and compare the report with the spec."""
+    """Run the smoke test inside NAME's environment, as Jupyter, IDEs and cron run it (no
+    activation), and compare the report with the spec."""
     from provision import verify
 
+    env = None
+    if name is not None:
+        found = _find(name, out)
+        env = found.env
+        if python is None and prefix is None:
+            prefix = found.prefix
+    elif python is None and prefix is None:
+        raise click.UsageError("give an environment NAME, --prefix DIR or --python EXE")
     result = verify.verify(
-        name, out=out, python=python, prefix=prefix, require_gpu=require_gpu, timeout=timeout
+        env, python=python, prefix=prefix, require_gpu=require_gpu, timeout=timeout
     )
     if as_json:
         emit_json(result.as_json())
@@ -341,7 +389,7 @@ def verify_cmd(
 
 @cli.command("bench")
 @click.argument("name", required=False)
-@out_option
+@find_option
 @click.option(
     "--python",
     "python",
@@ -372,21 +420,125 @@ def verify_cmd(
 @click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), help="Write a PNG plot.")
 def bench_cmd(
     name: str | None,
-    out: Path,
+    out: Path | None,
     python: Path | None,
     plot: Path | None,
     as_json: bool,
     **options: Any,
 ) -> None:
     """Multi-GPU scaling and mixed precision: images/s, accuracy, speed-up, matmul TFLOP/s."""
-    from provision import bench
+    from provision import bench, environment
 
-    result = bench.run(name, out=out, python=python, options=options, plot=plot)
+    folder = Path("envs")
+    if name is not None:
+        found = _find(name, out)
+        folder = found.env.root.parent
+        python = python or environment.interpreter(found.prefix)
+    result = bench.run(name, out=folder, python=python, options=options, plot=plot)
     if as_json:
         emit_json(result.report)
     else:
         for line in result.lines():
             click.echo(line)
+
+
+@cli.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_cmd(as_json: bool) -> None:
+    """The environments built on this machine: release, path, prefix, GPU or CPU, last verify."""
+    from provision import built, present
+
+    items = built.listing()
+    if as_json:
+        emit_json(present.listing_json(items))
+    else:
+        click.echo(present.listing(items))
+
+
+@cli.command("show")
+@click.argument("name")
+@find_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def show_cmd(name: str, out: Path | None, as_json: bool) -> None:
+    """One environment: what it is, where it is built, how to enter it, its last verify."""
+    from provision import present
+
+    found = _find(name, out)
+    if as_json:
+        emit_json(
+            {
+                "name": found.env.name,
+                "env_dir": str(found.env.root.absolute()),
+                "request": found.env.request.to_json(),
+                "edited": found.env.edited(),
+                "built": found.record.to_json() if found.record else None,
+            }
+        )
+    else:
+        click.echo(present.show(found.env, found.record))
+
+
+@cli.command("remove")
+@click.argument("name")
+@click.option("--keep-prefix", is_flag=True, help="Forget NAME but leave its prefix on disk.")
+def remove_cmd(name: str, keep_prefix: bool) -> None:
+    """Forget a built environment and delete its prefix (only what provision built)."""
+    from provision import built
+
+    done = built.remove(name, keep_prefix=keep_prefix)
+    if done.deleted_prefix:
+        click.echo(f"removed {done.prefix}")
+    else:
+        click.echo(f"left {done.prefix}: {done.kept_because}")
+    if done.kernel:
+        click.echo(f"removed the Jupyter kernel {done.kernel}")
+    click.echo(f"{name}: forgotten (its directory of inputs and lock is left as it is)")
+
+
+@cli.command(
+    "run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@click.argument("name")
+@find_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run_cmd(name: str, out: Path | None, command: tuple[str, ...]) -> None:
+    """Run COMMAND inside NAME's environment (as `conda run`): provision run NAME -- python x.py"""
+    import os
+
+    from provision import built
+
+    argv, env = built.run_argv(_find(name, out), command)
+    sys.stdout.flush()
+    os.execve(argv[0], argv, env)
+
+
+@cli.command("kernel")
+@click.argument("name")
+@find_option
+@click.option("--display-name", help="What Jupyter shows (default: TensorFlow X.Y (NAME)).")
+@click.option(
+    "--prefix", type=click.Path(path_type=Path, file_okay=False),
+    help="Install the kernelspec under this prefix (e.g. a JupyterLab environment's sys.prefix) "
+    "instead of the user's Jupyter directory.",
+)  # fmt: skip
+def kernel_cmd(name: str, out: Path | None, display_name: str | None, prefix: Path | None) -> None:
+    """Register NAME as a Jupyter kernel (it needs ipykernel: render with --jupyter)."""
+    from provision import built
+
+    k = built.install_kernel(_find(name, out), display_name=display_name, prefix=prefix)
+    click.echo(f"kernel {k.name} ({k.display_name}) in {k.location}")
+
+
+@cli.command("export")
+@click.argument("name")
+@click.argument("dest", type=click.Path(path_type=Path))
+@find_option
+def export_cmd(name: str, dest: Path, out: Path | None) -> None:
+    """A self-contained copy of NAME for another machine: inputs, lock, README, smoke test."""
+    from provision import built
+
+    files = built.export(_find(name, out), dest)
+    click.echo(f"exported {name} to {dest} ({len(files)} files)")
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from provision import environment, tools
 from provision import install as install_mod
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
 
@@ -55,6 +56,7 @@ class CreateResult:
     error: str = ""
     hint: str = ""
     report: dict[str, object] | None = None  # the smoke test's JSON report
+    cpu_only: str = ""  # why the environment runs on the CPU only ("" when it used a GPU)
 
     @property
     def ok(self) -> bool:
@@ -70,6 +72,7 @@ class CreateResult:
             "python": str(self.python) if self.python else None,
             "seconds": round(sum(s.seconds for s in self.steps), 2),
             "steps": [s.as_json() for s in self.steps],
+            "cpu_only": self.cpu_only or None,
             "error": self.error or None,
             "hint": self.hint or None,
         }
@@ -95,11 +98,8 @@ def default_python(tf: str, path: str) -> str | None:
 
     release = matrix.load().release(tf)
     for version in reversed(release.python):
-        try:
-            install_mod.find_python(version)
-        except InstallError:
-            continue
-        return version
+        if tools.has_python(version):
+            return version
     raise InstallError(
         f"TensorFlow {release.tf} supports Python {', '.join(release.python)} and none of them is "
         f"installed on this host; install one (e.g. `pyenv install {release.python[-1]}`)"
@@ -120,18 +120,20 @@ def create(
     solver: str,
     channels: Sequence[str] = (),
     progress: Progress | None = None,
+    jupyter: bool = False,
 ) -> CreateResult:
     from provision import matrix, spec
 
     if python and path != "conda":
-        install_mod.find_python(python)  # create builds here: say so before rendering anything
+        tools.find_python(python)  # create builds here: say so before rendering anything
     python = python or default_python(tf, path)
-    env_spec = spec.resolve(matrix.load(), tf, path, python, name, spec.GpuPolicy(gpu_memory, gpus))
+    gpu = spec.GpuPolicy(gpu_memory, gpus)
+    env_spec = spec.resolve(matrix.load(), tf, path, python, name, gpu, jupyter=jupyter)
     result = CreateResult(name=env_spec.name, path=env_spec.path, env_dir=Path(out) / env_spec.name)
     if channels and env_spec.path != "conda":
         raise UsageError("--channel applies to the conda path only")
     actions: list[Callable[[], str]] = [
-        lambda: _render(out, tf, env_spec.path, python, name, gpu_memory, gpus, force),
+        lambda: _render(out, tf, env_spec.path, python, name, gpu_memory, gpus, jupyter, force),
         lambda: _lock(out, env_spec.name, solver, channels, force),
         lambda: _install(out, env_spec.name, prefix, force, solver, result),
         lambda: _verify(out, env_spec.name, result, force),
@@ -165,7 +167,7 @@ def create(
 _SKIP = "skip:"
 _HINTS = {
     "render": "fix the request, or move hand-edited files away / re-run with --force",
-    "lock": "check the package index / channels and re-run; `provision lock NAME` shows more",
+    "lock": "fix the cause above (the package index, the channels, the inputs), then re-run",
     "install": "fix the cause above and re-run the same command: a partial build is redone",
     "verify": "`provision verify NAME` shows the full report",
 }
@@ -184,13 +186,14 @@ def _render(
     name: str | None,
     gpu_memory: str | None,
     gpus: str | None,
+    jupyter: bool,
     force: bool,
 ) -> str:
     from provision import render
 
     res = render.run(
         out=out, tf=tf, path=path, python=python, name=name, all_=False, check=False,
-        force=force, gpu_memory=gpu_memory, gpus=gpus,
+        force=force, gpu_memory=gpu_memory, gpus=gpus, jupyter=jupyter,
     )  # fmt: skip
     text = "; ".join(res.lines)
     if not res.ok:
@@ -215,27 +218,32 @@ def _lock(out: Path, name: str, solver: str, channels: Sequence[str], force: boo
 def _install(
     out: Path, name: str, prefix: Path | None, force: bool, solver: str, result: CreateResult
 ) -> str:
-    res = install_mod.install(out, name, prefix, force=force, solver=solver)
+    env = environment.load(Path(out) / name)
+    res = install_mod.install(env, prefix, force=force, solver=solver)
     result.prefix, result.python = res.prefix, res.python
     if res.skipped:
         return f"{_SKIP}{res.prefix} already built from this lock"
     return f"built {res.prefix} with {res.installer}"
 
 
-def _verify_key(env: install_mod.EnvDir, prefix: Path) -> str:
+def _verify_key(prefix: Path) -> str:
+    """A passed verify stays valid while the build and the payload that judged it are the same."""
+    from provision import payload_app
+
     marker = install_mod.read_marker(prefix) or {}
-    smoke = env.root / "smoke_test.py"
     h = hashlib.sha256(str(marker.get("inputs_sha256", "")).encode())
-    h.update(smoke.read_bytes() if smoke.is_file() else b"")
+    h.update(payload_app.digest().encode())
     return h.hexdigest()
 
 
 def _verify(out: Path, name: str, result: CreateResult, force: bool) -> str:
+    from provision import verify
+
     assert result.prefix is not None
-    env = install_mod.load_env(out, name)
+    env = environment.load(Path(out) / name)
     prefix = result.prefix
     cache = prefix / VERIFY_MARKER
-    key = _verify_key(env, prefix)
+    key = _verify_key(prefix)
     owned = env.path != "system"  # the system path's venv belongs to its script
     if owned and not force:
         try:
@@ -244,37 +252,25 @@ def _verify(out: Path, name: str, result: CreateResult, force: bool) -> str:
             cached = None
         if isinstance(cached, dict) and cached.get("key") == key and cached.get("ok") is True:
             result.report = cached.get("report")
+            result.cpu_only = str(cached.get("cpu_only") or "")
             return (
                 f"{_SKIP}passed before for this build (cached; `provision verify {name}` re-runs)"
             )
-    report = run_smoke(env, prefix)
-    result.report = report
-    outcomes = [
-        o
-        for key in ("checks", "findings")
-        for o in _as_list(report.get(key))
-        if isinstance(o, dict)
-    ]
-    if not report.get("ok"):
-        failed = [f"{o.get('name')}: {o.get('reason')}" for o in outcomes if not o.get("ok")]
+    outcome = verify.verify(env, prefix=prefix)
+    report = outcome.as_json()
+    result.report, result.cpu_only = report, outcome.cpu_only
+    if not outcome.ok:
+        failed = [f"{o.name}: {o.reason}" for o in outcome.failures]
         raise _Failed(
             "; ".join(failed) or "the smoke test failed",
             _HINTS["verify"].replace("NAME", _named(name, out)),
         )
     if owned:
         tmp = cache.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"key": key, "ok": True, "report": report}, indent=2) + "\n")
+        record = {"key": key, "ok": True, "cpu_only": outcome.cpu_only, "report": report}
+        tmp.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, cache)
-    passed = sum(1 for o in outcomes if o.get("status") == "pass")
-    return f"smoke test passed ({passed} of {len(outcomes)} checks pass, none fails)"
-
-
-def _as_list(value: object) -> list[object]:
-    return value if isinstance(value, list) else []
-
-
-def run_smoke(env: install_mod.EnvDir, prefix: Path) -> dict[str, object]:
-    """Run the environment's smoke test with its own interpreter and activation environment."""
-    from provision import verify
-
-    return verify.report_of(env.root, prefix)
+    outcomes = outcome.checks + outcome.findings
+    passed = sum(1 for o in outcomes if o.status == "pass")
+    tail = f"; {outcome.cpu_only}" if outcome.cpu_only else ""
+    return f"smoke test passed ({passed} of {len(outcomes)} checks pass, none fails{tail})"

@@ -15,7 +15,7 @@ import hashlib
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from provision import __version__
 from provision.errors import ProvisionError
 from provision.host import Gpu, HostReport, Library
 from provision.matrix import DATA_FILE, Cuda, Cudnn, Matrix, Release
+from provision.payload import targets as gpu_targets
 from provision.spec import PATHS, PathKind, refusal, resolve
 
 SCHEMA = 1
@@ -50,6 +51,18 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Registered:
+    """An environment provision built here, and its last verify ("" when never verified)."""
+
+    name: str
+    tf: str
+    path: str
+    prefix: str
+    present: bool
+    last_verify: str
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     host: HostReport
     findings: tuple[Finding, ...]
@@ -57,6 +70,7 @@ class Diagnosis:
     tf: str | None = None
     matrix_sha256: str = ""
     schema: int = SCHEMA
+    registered: tuple[Registered, ...] = ()  # environments provision built on this host
 
     @property
     def ok(self) -> bool:
@@ -72,6 +86,7 @@ class Diagnosis:
             "ok": self.ok,
             "findings": [asdict(f) for f in self.findings],
             "verdicts": [asdict(v) for v in self.verdicts],
+            "registered": [asdict(r) for r in self.registered],
             "host": self.host.to_json(),
         }
 
@@ -88,6 +103,7 @@ class Diagnosis:
             ),
             tf=data.get("tf"),
             matrix_sha256=data.get("matrix_sha256", ""),
+            registered=tuple(Registered(**r) for r in data.get("registered", ())),
         )
 
 
@@ -101,7 +117,25 @@ def run(tf: str | None = None, root: str | Path | None = None) -> Diagnosis:
     m = matrix.load()
     if tf:
         m.release(tf)  # an unknown release is a usage mistake: say so before probing
-    return diagnose(host.probe(root=root), m, tf, matrix_digest())
+    d = diagnose(host.probe(root=root), m, tf, matrix_digest())
+    return replace(d, registered=() if root else _registered())
+
+
+def _registered() -> tuple[Registered, ...]:
+    from provision import registry
+
+    found = []
+    for name, rec in registry.records():
+        if isinstance(rec, str):
+            found.append(Registered(name, "?", "?", "?", False, f"unreadable record: {rec}"))
+            continue
+        last = rec.last_verify
+        verdict = ""
+        if last is not None:
+            verdict = f"{last.summary} ({last.when})"
+        present = Path(rec.interpreter).exists()
+        found.append(Registered(name, rec.tf, rec.path, rec.prefix, present, verdict))
+    return tuple(found)
 
 
 def diagnose(
@@ -432,25 +466,6 @@ def _driver(
     return False
 
 
-def _targets(rel: Release) -> tuple[list[tuple[int, int, bool]], list[tuple[int, int]]]:
-    """SASS targets (major, minor, arch-specific) and PTX targets (major, minor) of a build,
-    from names like 'sm_80', 'sm_90a' and 'compute_90'."""
-    sass: list[tuple[int, int, bool]] = []
-    ptx: list[tuple[int, int]] = []
-    for t in rel.compute_targets:
-        kind, _, digits = t.partition("_")
-        special = digits.endswith(("a", "f"))
-        digits = digits.rstrip("af")
-        if not digits.isdigit() or len(digits) < 2:
-            continue
-        cc = (int(digits[:-1]), int(digits[-1]))
-        if kind == "sm":
-            sass.append((*cc, special))
-        elif kind == "compute":
-            ptx.append(cc)
-    return sass, ptx
-
-
 def gpu_fit(rel: Release, gpu: Gpu) -> tuple[str, str]:
     """How a build serves one GPU (native, ptx, too-old, too-new, unknown) and a sentence why."""
     cc = _mm(gpu.compute_capability)
@@ -463,19 +478,20 @@ def gpu_fit(rel: Release, gpu: Gpu) -> tuple[str, str]:
             "too-old",
             f"{label} is below TensorFlow {rel.tf}'s minimum compute capability {rel.compute_min}",
         )
-    sass, ptx = _targets(rel)
-    if not sass and not ptx:
+    parsed = [t for t in map(gpu_targets.parse, rel.compute_targets) if t is not None]
+    sass = [t for t in parsed if t.kind == "sm"]
+    if not parsed:
         return "native", f"{label}: the matrix lists no build targets for TensorFlow {rel.tf}"
-    for major, minor, special in sass:
-        if major == cc[0] and (minor == cc[1] if special else minor <= cc[1]):
-            return "native", f"{label} has native kernels (sm_{major}{minor})"
-    usable = [p for p in ptx if p <= cc]
+    native = next((t for t in sass if t.native_on(cc)), None)
+    if native is not None:
+        return "native", f"{label} has native kernels ({native.name})"
+    usable = [t for t in parsed if t.jit_on(cc)]
     targets = ", ".join(rel.compute_targets)
     if usable:
-        best = max(usable)
+        best = max(usable, key=lambda t: t.capability)
         text = (
             f"{label} has no native kernels in TensorFlow {rel.tf} ({targets}): the driver "
-            f"JIT-compiles the compute_{best[0]}{best[1]} PTX when a program starts (can take "
+            f"JIT-compiles the {best.name} PTX when a program starts (can take "
             "minutes the first time; CUDA_CACHE_MAXSIZE keeps the result)"
         )
         if cc[0] >= 10:
@@ -484,7 +500,7 @@ def gpu_fit(rel: Release, gpu: Gpu) -> tuple[str, str]:
                 "(tensorflow/tensorflow#89272)"
             )
         return "ptx", text
-    if sass and cc > max((m, n) for m, n, _ in sass):
+    if sass and cc > max(t.capability for t in sass):
         return (
             "too-new",
             f"{label} is newer than TensorFlow {rel.tf}'s build targets ({targets}), which "
@@ -738,6 +754,12 @@ def render(d: Diagnosis, matrix: Matrix | None = None) -> str:
                 "environment",
                 f"{e.prefix} ({e.kind}, Python {e.python or '?'}): tensorflow {e.tensorflow}",
             )
+        )
+    for r in d.registered:
+        state = "" if r.present else " (prefix missing)"
+        verdict = r.last_verify or "never verified"
+        lines.append(
+            _kv(f"built {r.name}", f"TensorFlow {r.tf}, {r.path}, {r.prefix}{state}: {verdict}")
         )
 
     lines += ["", "CUDA libraries"]

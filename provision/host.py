@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import re
-import struct
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from typing import Any
 
 from provision import _proc
 from provision.errors import ProvisionError, ToolMissing
+from provision.payload import cudalibs, elf
 
 SCHEMA = 1
 KINDS = ("cudart", "cudnn", "cublas")
@@ -537,7 +537,7 @@ def _python_prefixes(ctx: _Context) -> list[tuple[Path, str]]:
     """(prefix, kind) of every Python installation or environment worth looking into."""
     wanted: list[Path] = []
     if not ctx.stand_in:
-        wanted += [Path(sys.prefix)]
+        wanted += [Path(sys.prefix), *_registered_prefixes()]
     for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
         if ctx.env.get(var):
             wanted.append(ctx.at(ctx.env[var]))
@@ -561,6 +561,16 @@ def _python_prefixes(ctx: _Context) -> list[tuple[Path, str]]:
         )
         out.append((prefix, kind))
     return out
+
+
+def _registered_prefixes() -> list[Path]:
+    """The environments provision built here (its registry), wherever their prefixes are."""
+    from provision import registry
+
+    try:
+        return [Path(r.prefix) for _, r in registry.records() if not isinstance(r, str)]
+    except OSError:
+        return []
 
 
 def _conda_prefixes(ctx: _Context) -> list[Path]:
@@ -643,14 +653,14 @@ def _probe_libraries(ctx: _Context) -> Result:
                     item.found_in.append(label_here)
                 item.env = item.env or env
 
-    elf = {real: _read_elf(real) for real in found}
-    _versions(ctx, found, elf)
-    ranks = _loader_ranks(ctx, found, elf, ld_dirs, cache, conf_dirs)
+    objects = {real: elf.read(str(real)) for real in found}
+    _versions(ctx, found, objects)
+    ranks = _loader_ranks(ctx, found, objects, ld_dirs, cache, conf_dirs)
     libraries = tuple(
         Library(
             kind=item.kind,
             path=ctx.show(real),
-            soname=(elf[real] or {}).get("soname", "") or "",
+            soname=_soname(objects.get(real)),
             version=item.version,
             version_from=item.version_from,
             found_in=tuple(item.found_in),
@@ -674,14 +684,14 @@ def _probe_libraries(ctx: _Context) -> Result:
 def _loader_ranks(
     ctx: _Context,
     found: Mapping[Path, _Found],
-    elf: Mapping[Path, dict[str, Any] | None],
+    objects: Mapping[Path, elf.Elf | None],
     ld_dirs: list[Path],
     cache: Mapping[str, list[Path]] | None,
     conf_dirs: list[str],
 ) -> dict[Path, int]:
     """Per SONAME, the order in which the loader finds its copies: LD_LIBRARY_PATH, then cache."""
     ranks: dict[Path, int] = {}
-    for soname in sorted({(e or {}).get("soname", "") for e in elf.values()} - {""}):
+    for soname in sorted({_soname(o) for o in objects.values()} - {""}):
         order: list[Path] = []
         candidates = [d / soname for d in ld_dirs]
         if cache is not None:
@@ -697,75 +707,15 @@ def _loader_ranks(
     return ranks
 
 
-def _read_elf(path: Path) -> dict[str, Any] | None:
-    """SONAME and machine from an ELF shared object's dynamic section (headers only, no loading)."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 52 or head[:4] != b"\x7fELF":
-                return None
-            wide, end = head[4] == 2, "<" if head[5] == 1 else ">"
-            if wide:
-                machine, phoff, phentsize, phnum = (
-                    struct.unpack_from(end + "H", head, 18)[0],
-                    struct.unpack_from(end + "Q", head, 32)[0],
-                    *struct.unpack_from(end + "HH", head, 54),
-                )
-            else:
-                machine, phoff, phentsize, phnum = (
-                    struct.unpack_from(end + "H", head, 18)[0],
-                    struct.unpack_from(end + "I", head, 28)[0],
-                    *struct.unpack_from(end + "HH", head, 42),
-                )
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-            loads: list[tuple[int, int, int]] = []
-            dynamic: tuple[int, int] | None = None
-            for i in range(phnum):
-                if wide:
-                    ptype, _, off, vaddr, _, size = struct.unpack_from(
-                        end + "IIQQQQ", table, i * phentsize
-                    )
-                else:
-                    ptype, off, vaddr, _, size = struct.unpack_from(
-                        end + "IIIII", table, i * phentsize
-                    )
-                if ptype == 1:
-                    loads.append((vaddr, off, size))
-                elif ptype == 2:
-                    dynamic = (off, size)
-            info: dict[str, Any] = {"machine": machine, "bits": 64 if wide else 32, "soname": ""}
-            if dynamic is None:
-                return info
-            f.seek(dynamic[0])
-            raw = f.read(dynamic[1])
-            step, fmt = (16, end + "qQ") if wide else (8, end + "iI")
-            strtab = soname = None
-            for off in range(0, len(raw) - step + 1, step):
-                tag, val = struct.unpack_from(fmt, raw, off)
-                if tag == 0:
-                    break
-                if tag == 5:
-                    strtab = val
-                elif tag == 14:
-                    soname = val
-            if strtab is None or soname is None:
-                return info
-            base = next((o + strtab - v for v, o, s in loads if v <= strtab < v + s), None)
-            if base is None:
-                return info
-            f.seek(base + soname)
-            info["soname"] = f.read(256).split(b"\0", 1)[0].decode(errors="replace")
-            return info
-    except (OSError, struct.error):
-        return None
+def _soname(obj: elf.Elf | None) -> str:
+    return obj.soname if obj is not None else ""
 
 
 def _versions(
-    ctx: _Context, found: Mapping[Path, _Found], elf: Mapping[Path, dict[str, Any] | None]
+    ctx: _Context, found: Mapping[Path, _Found], objects: Mapping[Path, elf.Elf | None]
 ) -> None:
     """Fill each library's version, from the best source available, naming the source."""
-    reported = _ask_libraries(ctx, found, elf)
+    reported = _ask_libraries(ctx, found, objects)
     dpkg = _Dpkg(ctx)
     for real, item in found.items():
         from_name = max(
@@ -777,20 +727,21 @@ def _versions(
             key=lambda v: (v.count("."), v),
             default="",
         )
-        soname = (elf.get(real) or {}).get("soname", "")
+        soname = _soname(objects.get(real))
         package, item.built_for = _package_version(item.kind, real, soname)
         if not package and not item.env:
             package, item.built_for = dpkg.owner(real, item.names)
         choices: list[tuple[str, str]] = []
+        asked = reported.get(real)
         if item.kind == "cudnn":
             choices += [
-                (_cudnn_version(reported.get(real)), "cudnnGetVersion"),
+                (cudalibs.cudnn_version(asked) if asked else "", "cudnnGetVersion"),
                 (from_name, "file name"),
             ]
             choices.append((_cudnn_header(ctx, real), "cudnn_version.h"))
         else:
             choices.append((from_name, "file name"))
-            said = _cudart_version(reported.get(real)) if item.kind == "cudart" else ""
+            said = cudalibs.cudart_version(asked) if asked and item.kind == "cudart" else ""
             if said and package and package.startswith(said + "."):
                 # The runtime reports major.minor only; its wheel or conda package has the patch.
                 choices.append((package, "cudaRuntimeGetVersion + package metadata"))
@@ -802,7 +753,7 @@ def _versions(
 
 
 def _ask_libraries(
-    ctx: _Context, found: Mapping[Path, _Found], elf: Mapping[Path, dict[str, Any] | None]
+    ctx: _Context, found: Mapping[Path, _Found], objects: Mapping[Path, elf.Elf | None]
 ) -> dict[Path, int]:
     """What cuDNN (cudnnGetVersion) and unnamed CUDA runtimes (cudaRuntimeGetVersion) say they are.
 
@@ -814,8 +765,8 @@ def _ask_libraries(
     here = ELF_MACHINES.get(ctx.machine)
     wanted = []
     for real, item in found.items():
-        info = elf.get(real)
-        if info is None or info["machine"] != here or info["bits"] != 64:
+        info = objects.get(real)
+        if info is None or info.machine != here or info.bits != 64:
             continue
         named = any((m := LIB_RE.match(n)) and m.group(2) and "." in m.group(2) for n in item.names)
         if item.kind == "cudnn" or (item.kind == "cudart" and not named):
@@ -832,35 +783,15 @@ def _ask_libraries(
     return {Path(p): int(a["value"]) for p, a in answers.items() if "value" in a}
 
 
-def _cudnn_version(value: int | None) -> str:
-    if not value:
-        return ""
-    # cuDNN 9 encodes major*10000 + minor*100 + patch; cuDNN 8 and older major*1000 + ...
-    major, rest = (
-        (value // 10000, value % 10000) if value >= 10000 else (value // 1000, value % 1000)
-    )
-    return f"{major}.{rest // 100}.{rest % 100}"
-
-
-def _cudart_version(value: int | None) -> str:
-    return f"{value // 1000}.{value % 1000 // 10}" if value else ""
-
-
 def _cudnn_header(ctx: _Context, lib: Path) -> str:
     candidates = [lib.parent.parent / "include" / "cudnn_version.h"]
     candidates += _glob(ctx.at("/usr/include"), "cudnn_version*.h")
     candidates += _glob(ctx.at("/usr/include"), "*/cudnn_version*.h")
     major = re.match(r"libcudnn\.so\.(\d+)", lib.name)
     for header in candidates:
-        text = _read(header)
-        parts = [
-            re.search(rf"#define\s+CUDNN_{k}\s+(\d+)", text)
-            for k in ("MAJOR", "MINOR", "PATCHLEVEL")
-        ]
-        if all(parts):
-            version = ".".join(p.group(1) for p in parts if p)
-            if major is None or version.split(".")[0] == major.group(1):
-                return version
+        version = cudalibs.cudnn_header_version(cudalibs.header_defines(_read(header)))
+        if version and (major is None or version.split(".")[0] == major.group(1)):
+            return version
     return ""
 
 

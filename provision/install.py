@@ -3,16 +3,18 @@
 Venvs and conda prefixes write their own absolute path into scripts and metadata, so a copy built
 elsewhere cannot be renamed into place. A build therefore happens at its final prefix, and a marker
 file in the prefix says what state it is in: written as "building" before anything else lands there,
-rewritten as "complete" (with the digest of the lock and hooks it was built from) only at the very
+rewritten as "complete" (with the digest of the lock and runtime it was built from) only at the very
 end. A prefix whose marker is not "complete" with the current digest is never presented as done: a
 re-run wipes it and builds again, so an install killed midway (SIGKILL) is completed by running the
 same command. A directory without a marker is not ours and is never deleted.
+
+Every build ends with the environment's set-up put into the prefix (environment.install_hooks) and
+a record in the registry, so `provision list`, `verify NAME` and `run NAME` find it from anywhere.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -27,38 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from provision import _proc
+from provision import _proc, environment, registry, tools
+from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError, ToolMissing, UsageError
 
 MARKER = ".provision-install.json"
-MARKER_SCHEMA = 1
-MANIFEST = "provision.json"
-LOCKS = {"conda": "conda-lock.yml", "pip": "requirements.lock", "system": "requirements.lock"}
-HOOKS = ("hooks/activate.sh", "hooks/deactivate.sh")
-# Rendered only with --gpu-memory MiB: a .pth that imports the module at interpreter start-up, so
-# the limit is configured before TensorFlow initialises its GPUs.
-STARTUP_HOOKS = ("hooks/provision_gpu_policy.py", "hooks/provision_gpu_policy.pth")
+MARKER_SCHEMA = 2
 INSTALL_TIMEOUT = 3600.0
 Installer = Literal["auto", "uv", "pip"]
-# Variables a shell sets for itself; they are not part of what an activation hook changes.
-_SHELL_OWN = frozenset({"_", "SHLVL", "PWD", "OLDPWD"})
-_ACTIVATE_BEGIN = "# >>> provision hooks >>>"
-_ACTIVATE_END = "# <<< provision hooks <<<"
-
-
-@dataclass(frozen=True)
-class EnvDir:
-    """What install needs from envs/<name>/: the request recorded by render, and where files are."""
-
-    root: Path
-    name: str
-    path: str
-    python: str
-    tf: str
-
-    @property
-    def lock(self) -> Path:
-        return self.root / LOCKS[self.path]
 
 
 @dataclass(frozen=True)
@@ -88,96 +66,16 @@ class InstallResult:
         }
 
 
-# -- the environment directory ---------------------------------------------------------------
-
-
-def load_env(out: Path, name: str) -> EnvDir:
-    root = Path(out) / name
-    manifest = root / MANIFEST
-    if not manifest.is_file():
-        raise InstallError(
-            f"{root} has no {MANIFEST}: render it first (provision render --tf X.Y --name {name})"
-        )
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-        request = data.get("request", data)
-        path, python, tf = str(request["path"]), str(request["python"]), str(request["tf"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise InstallError(f"{manifest} is not a provision manifest ({exc}); re-render it") from exc
-    if path not in LOCKS:
-        raise InstallError(f"{manifest}: unknown path {path!r}")
-    return EnvDir(root=root, name=str(request.get("name") or name), path=path, python=python, tf=tf)
-
-
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def inputs_digest(env: EnvDir) -> str:
-    """What a built prefix depends on: the lock, the hooks, the path and the Python line."""
+    """What a built prefix depends on: the lock, the runtime variables, the path and Python."""
     h = hashlib.sha256(f"{MARKER_SCHEMA}\0{env.path}\0{env.python}\0".encode())
-    for rel in (LOCKS[env.path], *HOOKS, *STARTUP_HOOKS):
-        f = env.root / rel
-        h.update(rel.encode() + b"\0" + (f.read_bytes() if f.is_file() else b"-") + b"\0")
+    for f in (env.lock, env.root / environment.RUNTIME):
+        h.update(f.name.encode() + b"\0" + (f.read_bytes() if f.is_file() else b"-") + b"\0")
     return h.hexdigest()
-
-
-# -- where environments live -----------------------------------------------------------------
-
-
-def home() -> Path:
-    """The directory provision owns for named environments (PROVISION_HOME relocates it)."""
-    explicit = os.environ.get("PROVISION_HOME")
-    if explicit:
-        return Path(explicit).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("provision", appauthor=False))
-
-
-def conda_envs_dir() -> Path | None:
-    """The first envs directory of the host's conda, so that `conda activate NAME` finds ours."""
-    exe = os.environ.get("CONDA_EXE") or _proc.which("conda")
-    if not exe:
-        return None
-    done = _proc.run([exe, "info", "--json"], timeout=60, check=False)
-    try:
-        dirs = json.loads(done.stdout).get("envs_dirs") or []
-    except ValueError:
-        return None
-    return Path(dirs[0]) if dirs else None
-
-
-# Where templates/system/install.sh.j2 puts its venv when run without --prefix (as root).
-SYSTEM_VENVS = Path("/opt/provision/venvs")
-
-
-def default_prefix(name: str, path: str) -> Path:
-    if path == "system":
-        return SYSTEM_VENVS / name
-    if path == "conda":
-        envs = conda_envs_dir()
-        if envs is not None:
-            return envs / name
-    return home() / "envs" / name
-
-
-def interpreter(prefix: Path) -> Path:
-    return prefix / "bin" / "python"
-
-
-def locate(env_dir: Path, prefix: Path | None = None) -> tuple[Path, dict[str, str]]:
-    """The interpreter of env_dir's built environment (at its default prefix unless given) and the
-    variables its activation sets, for running it without a shell (verify, bench)."""
-    env = load_env(Path(env_dir).parent, Path(env_dir).name)
-    where = Path(prefix) if prefix is not None else default_prefix(env.name, env.path)
-    python = interpreter(where)
-    if not python.exists():
-        raise InstallError(
-            f"no environment at {where}: build it with `provision install {env.name}`, or "
-            "point at one with --prefix DIR or --python EXE"
-        )
-    return python, activation_env(env_dir, where)
 
 
 # -- markers ---------------------------------------------------------------------------------
@@ -195,11 +93,14 @@ def read_marker(prefix: Path) -> dict[str, object] | None:
 
 def state_of(prefix: Path, digest: str | None = None) -> State:
     """absent (nothing there), foreign (not ours), building (never finished), stale, complete."""
-    if not prefix.exists():
-        return "absent"
-    marker = read_marker(prefix)
-    if marker is None:
-        return "foreign" if any(prefix.iterdir()) else "absent"
+    try:
+        if not prefix.exists():
+            return "absent"
+        marker = read_marker(prefix)
+        if marker is None:
+            return "foreign" if not prefix.is_dir() or any(prefix.iterdir()) else "absent"
+    except OSError as exc:
+        raise InstallError(f"cannot read {prefix}: {exc.strerror}") from exc
     if marker.get("state") != "complete":
         return "building"
     if digest is not None and marker.get("inputs_sha256") != digest:
@@ -219,78 +120,7 @@ def is_installed(env: EnvDir, prefix: Path) -> bool:
     return state_of(prefix, inputs_digest(env)) == "complete"
 
 
-# -- finding a Python for venvs --------------------------------------------------------------
-
-
-def _python_version_of(exe: str) -> str | None:
-    try:
-        done = _proc.run(
-            [exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-            timeout=30,
-            check=False,
-        )
-    except ProvisionError:
-        return None
-    return done.stdout.strip() if done else None
-
-
-def _pyenv_root() -> Path:
-    return Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-
-
-def python_candidates(version: str) -> list[str]:
-    """Where Python X.Y may be: `pythonX.Y` on PATH, then pyenv's versions (newest patch first)."""
-    found: list[str] = []
-    on_path = _proc.which(f"python{version}")
-    # A pyenv shim is a dispatcher that fails for every version not selected as global; the
-    # real interpreters behind it are listed next, straight from pyenv's versions directory.
-    if on_path and Path(on_path).parent.name != "shims":
-        found.append(on_path)
-    versions = _pyenv_root() / "versions"
-    if versions.is_dir():
-        pattern = re.compile(rf"^{re.escape(version)}\.(\d+)$")
-        patches = sorted(
-            (int(m.group(1)), d) for d in versions.iterdir() if (m := pattern.match(d.name))
-        )
-        found.extend(
-            str(d / "bin" / f"python{version}")
-            for _, d in reversed(patches)
-            if (d / "bin" / f"python{version}").is_file()
-        )
-    return found
-
-
-def find_python(version: str) -> Path:
-    """An interpreter of Python X.Y on this host, or InstallError naming the version."""
-    for exe in python_candidates(version):
-        if _python_version_of(exe) == version:
-            return Path(exe)
-    uv = _uv_bin()
-    if uv:
-        done = _proc.run([uv, "python", "find", "--system", version], timeout=60, check=False)
-        exe = done.stdout.strip()
-        if done and exe and _python_version_of(exe) == version:
-            return Path(exe)
-    raise InstallError(
-        f"Python {version} is not installed on this host (looked for python{version} on PATH, "
-        f"in {_pyenv_root() / 'versions'} and with `uv python find`); install it "
-        f"(e.g. `pyenv install {version}` or `uv python install {version}`) "
-        "or pick another --python"
-    )
-
-
-# -- tools -----------------------------------------------------------------------------------
-
-
-def _uv_bin() -> str | None:
-    try:
-        from uv import find_uv_bin
-    except ImportError:
-        return _proc.which("uv")
-    try:
-        return str(find_uv_bin())
-    except FileNotFoundError:
-        return _proc.which("uv")
+# -- installers ------------------------------------------------------------------------------
 
 
 def uv_index_args() -> list[str]:
@@ -298,7 +128,8 @@ def uv_index_args() -> list[str]:
     reads it), and nothing from uv's configuration: every file comes from where the lock looked."""
     from provision import pylock
 
-    return ["--no-config", "--index-url", pylock.pip_index_url() or pylock.pip_default_index()]
+    url = pylock.pip_index_url()
+    return ["--no-config", *(["--index-url", url] if url else [])]
 
 
 def pip_install_argv(venv_python: Path, lock: Path) -> list[str]:
@@ -313,135 +144,6 @@ def uv_install_argv(uv: str, venv_python: Path, lock: Path) -> list[str]:
         uv, "pip", "install", "--quiet", "--python", str(venv_python),
         "--require-hashes", "--no-deps", "-r", str(lock), *uv_index_args(),
     ]  # fmt: skip
-
-
-# -- activation ------------------------------------------------------------------------------
-
-
-def _hook_scripts(env_dir: Path, prefix: Path, path: str) -> list[Path]:
-    if path == "conda":
-        installed = prefix / "etc" / "conda" / "activate.d"
-        if installed.is_dir():
-            return sorted(p for p in installed.iterdir() if p.suffix == ".sh")
-    else:
-        installed_hook = prefix / "etc" / "provision" / "activate.sh"
-        if installed_hook.is_file():
-            return [installed_hook]
-    rendered = env_dir / HOOKS[0]
-    return [rendered] if rendered.is_file() else []
-
-
-def _env_path(env_dir: Path) -> str:
-    try:
-        return load_env(env_dir.parent, env_dir.name).path
-    except InstallError:
-        return "pip"
-
-
-def activation_env(env_dir: Path, prefix: Path) -> dict[str, str]:
-    """The variables that activating the environment sets, for running its Python without a shell.
-
-    A start-up hook inside Python (.pth, sitecustomize) cannot change the dynamic loader's search
-    path of the process it runs in, so whoever runs the environment's interpreter directly (verify,
-    create) starts it with this environment instead. The hooks themselves are the source of truth:
-    they are sourced in bash exactly as activation would, and every variable they change is
-    returned.
-    """
-    env_dir, prefix = Path(env_dir), Path(prefix).absolute()
-    path = _env_path(env_dir)
-    bin_dir = str(prefix / "bin")
-    base = {
-        "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")]),
-        **(
-            {"CONDA_PREFIX": str(prefix), "CONDA_DEFAULT_ENV": str(prefix)}
-            if path == "conda"
-            else {"VIRTUAL_ENV": str(prefix)}
-        ),
-    }
-    scripts = _hook_scripts(env_dir, prefix, path)
-    if not scripts:
-        return base
-    before = {**os.environ, **base}
-    program = 'for f in "$@"; do . "$f" 1>&2 || exit 3; done; env -0'
-    done = _proc.run(
-        ["bash", "-c", program, "provision-activate", *map(str, scripts)],
-        env=base,
-        timeout=60,
-        check=False,
-    )
-    if not done:
-        raise InstallError(
-            f"activation hook {scripts[-1]} failed (exit {done.returncode}): "
-            f"{(done.stderr.strip().splitlines() or ['(no output)'])[-1]}"
-        )
-    after = dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
-    changed = {k: v for k, v in after.items() if k not in _SHELL_OWN and before.get(k) != v}
-    return {**base, **changed}
-
-
-_VENV_HOOK_BLOCK = f"""
-{_ACTIVATE_BEGIN}
-# Added by `provision install`: the environment's hooks (library path, XLA flags, GPU policy).
-# bin/activate redefines deactivate before calling it, so hooks of an environment that is still
-# active (this one again, or another provision venv) are undone here, from the path recorded below.
-_provision_undo="${{_PROVISION_HOOKED:-}}/etc/provision/deactivate.sh"
-if [ -n "${{_PROVISION_HOOKED:-}}" ] && [ -f "$_provision_undo" ]; then
-    . "$_provision_undo"
-fi
-unset _provision_undo
-_PROVISION_HOOKED="$VIRTUAL_ENV"
-if [ -f "$VIRTUAL_ENV/etc/provision/activate.sh" ]; then
-    . "$VIRTUAL_ENV/etc/provision/activate.sh"
-fi
-eval "_provision_$(declare -f deactivate)"
-deactivate () {{
-    if [ -n "${{_PROVISION_HOOKED:-}}" ] \
-        && [ -f "$_PROVISION_HOOKED/etc/provision/deactivate.sh" ]; then
-        . "$_PROVISION_HOOKED/etc/provision/deactivate.sh"
-    fi
-    unset _PROVISION_HOOKED
-    _provision_deactivate "$@"
-    if [ "${{1:-}}" != "nondestructive" ]; then
-        unset -f _provision_deactivate
-    fi
-}}
-{_ACTIVATE_END}
-"""
-
-
-def install_venv_hooks(env_dir: Path, prefix: Path) -> None:
-    """Copy the rendered hooks into the venv and make bin/activate and deactivate run them."""
-    target = prefix / "etc" / "provision"
-    target.mkdir(parents=True, exist_ok=True)
-    for rel in HOOKS:
-        src = env_dir / rel
-        if src.is_file():
-            shutil.copyfile(src, target / Path(rel).name)
-    activate = prefix / "bin" / "activate"
-    text = activate.read_text(encoding="utf-8")
-    if _ACTIVATE_BEGIN in text:
-        text = text[: text.index(_ACTIVATE_BEGIN)]
-    activate.write_text(text.rstrip("\n") + "\n" + _VENV_HOOK_BLOCK, encoding="utf-8")
-
-
-def install_startup_hooks(env_dir: Path, prefix: Path, python: str) -> None:
-    """Put the GPU-policy start-up hook, when the environment has one, into its site-packages."""
-    site = prefix / "lib" / f"python{python}" / "site-packages"
-    for rel in STARTUP_HOOKS:
-        src = env_dir / rel
-        if src.is_file():
-            site.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, site / Path(rel).name)
-
-
-def install_conda_hooks(env_dir: Path, prefix: Path) -> None:
-    """conda runs every script in etc/conda/activate.d on activation and deactivate.d on leaving."""
-    for rel, sub in zip(HOOKS, ("activate.d", "deactivate.d"), strict=True):
-        src = env_dir / rel
-        if src.is_file():
-            target = prefix / "etc" / "conda" / sub
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, target / "provision.sh")
 
 
 # -- building --------------------------------------------------------------------------------
@@ -492,8 +194,8 @@ def _run_step(
 
 
 def _build_pip(env: EnvDir, prefix: Path, installer: Installer) -> str:
-    base_python = find_python(env.python)
-    uv = _uv_bin() if installer in ("auto", "uv") else None
+    base_python = tools.find_python(env.python)
+    uv = tools.uv_or_none() if installer in ("auto", "uv") else None
     if installer == "uv" and uv is None:
         raise ToolMissing("uv is not available; install it or use --installer pip")
     venv_python = interpreter(prefix)
@@ -501,33 +203,22 @@ def _build_pip(env: EnvDir, prefix: Path, installer: Installer) -> str:
     if uv:
         _run_step(
             "creating the venv",
-            [
-                uv,
-                "venv",
-                "--quiet",
-                "--no-config",
-                "--allow-existing",
-                "--python",
-                str(base_python),
-                str(prefix),
-            ],
+            [uv, "venv", "--quiet", "--no-config", "--allow-existing",
+             "--python", str(base_python), str(prefix)],
             prefix,
-        )
+        )  # fmt: skip
         _run_step("uv pip install", uv_install_argv(uv, venv_python, lock), prefix)
         used = "uv"
     else:
         _run_step("creating the venv", [str(base_python), "-m", "venv", str(prefix)], prefix)
         _run_step("pip install", pip_install_argv(venv_python, lock), prefix)
         used = "pip"
-    install_venv_hooks(env.root, prefix)
-    install_startup_hooks(env.root, prefix, env.python)
+    environment.install_hooks(env, prefix)
     return used
 
 
 def _build_conda(env: EnvDir, prefix: Path, solver: str) -> str:
-    from provision import lock
-
-    conda = lock.solver_exe(solver)
+    conda = tools.solver(solver)
     # -I: `python -m` would put the working directory first on sys.path, and a stray build.py or
     # yaml.py there would be imported in place of conda-lock's own dependencies.
     argv = [
@@ -537,8 +228,7 @@ def _build_conda(env: EnvDir, prefix: Path, solver: str) -> str:
     with tempfile.TemporaryDirectory(prefix="provision-pip-guard-") as guard:
         _run_step("conda-lock install", argv, prefix, env=_pip_guard(Path(guard)))
     _check_pip_part(env.lock, prefix)
-    install_conda_hooks(env.root, prefix)
-    install_startup_hooks(env.root, prefix, env.python)
+    environment.install_hooks(env, prefix)
     return "conda-lock"
 
 
@@ -618,9 +308,14 @@ def _clear(prefix: Path) -> None:
         shutil.rmtree(prefix)
 
 
+def _empty(prefix: Path) -> None:
+    """Remove what a failed build put into a directory that existed before it (kept, as it was)."""
+    for child in prefix.iterdir():
+        _clear(child)
+
+
 def install(
-    out: Path,
-    name: str,
+    env: EnvDir,
     prefix: Path | None = None,
     *,
     force: bool = False,
@@ -628,11 +323,13 @@ def install(
     solver: str = "auto",
     script_args: tuple[str, ...] = (),
 ) -> InstallResult:
-    """Build the environment NAME (rendered and locked under `out`) at `prefix`.
+    """Build the environment of `env` at `prefix` (its default prefix unless given), register it.
 
-    script_args go to the system path's install.sh (e.g. --runfile FILE, --dry-run)."""
+    Hand-edited rendered files are refused unless `force` (which also rebuilds a complete prefix).
+    script_args go to the system path's install script (e.g. --runfile FILE, --dry-run)."""
     start = time.monotonic()
-    env = load_env(out, name)
+    if not force:
+        env.check_reviewed()
     needs_lock = env.path != "system" or "--skip-venv" not in script_args
     if needs_lock and not env.lock.is_file():
         raise InstallError(
@@ -640,22 +337,70 @@ def install(
             f"(or `provision create`, which locks)"
         )
     if env.path == "system":
-        return _install_system(env, prefix, script_args, start)
+        result = _install_system(env, prefix, script_args, start)
+        if "--dry-run" not in script_args and interpreter(result.prefix).exists():
+            home = _system_cuda_home(env, prefix)
+            environment.install_hooks(env, result.prefix, {"PROVISION_CUDA_HOME": str(home)})
+            _register(env, result, owned=False)
+        return result
     if script_args:
         raise UsageError(f"extra arguments {' '.join(script_args)} apply to the system path only")
-    target = (Path(prefix) if prefix else default_prefix(env.name, env.path)).absolute()
+    target = (Path(prefix) if prefix else env.default_prefix()).absolute()
     with _exclusive(target):
-        return _install_at(env, target, force, installer, solver, start)
+        result = _install_at(env, target, force, installer, solver, start)
+    _register(env, result, owned=True)
+    return result
+
+
+def _system_cuda_home(env: EnvDir, prefix: Path | None) -> Path:
+    """Where the system script puts the toolkit: /usr/local/cuda-X.Y, or PREFIX/cuda-X.Y."""
+    leaf = f"cuda-{env.spec.cuda.version}"
+    return Path(prefix).absolute() / leaf if prefix is not None else Path("/usr/local") / leaf
+
+
+def _register(env: EnvDir, result: InstallResult, *, owned: bool) -> None:
+    old = registry.get(env.name)
+    same_build = (
+        old is not None
+        and old.prefix == str(result.prefix)
+        and old.lock_sha256 == result.lock_sha256
+        and result.skipped
+    )
+    registry.put(
+        registry.Record(
+            name=env.name,
+            env_dir=str(env.root.absolute()),
+            path=env.path,
+            tf=env.spec.release.pin,
+            python=env.python,
+            prefix=str(result.prefix),
+            interpreter=str(result.python),
+            installer=result.installer,
+            lock_sha256=result.lock_sha256,
+            built_at=old.built_at if same_build and old is not None else time.time(),
+            owned=owned,
+            last_verify=old.last_verify if same_build and old is not None else None,
+        )
+    )
 
 
 @contextlib.contextmanager
 def _exclusive(target: Path) -> Iterator[None]:
-    """One build of a prefix at a time (two `provision create` runs would wipe each other's work).
+    """One build of a prefix at a time (two `provision create` runs would wipe each other's work),
+    keyed by the real path, so a prefix reached through a symlink is the same prefix.
     The kernel drops the lock when its holder dies, SIGKILL included."""
-    locks = home() / "locks"  # not beside the prefix: its folder may be anybody's
-    locks.mkdir(parents=True, exist_ok=True)
-    key = hashlib.sha256(str(target).encode()).hexdigest()[:24]
-    with open(locks / f"{key}.lock", "a+") as fh:
+    import fcntl
+
+    locks = registry.home() / "locks"  # not beside the prefix: its folder may be anybody's
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+        key = hashlib.sha256(os.path.realpath(target).encode()).hexdigest()[:24]
+        fh = open(locks / f"{key}.lock", "a+")  # noqa: SIM115 (closed below)
+    except OSError as exc:
+        raise InstallError(
+            f"cannot use PROVISION_HOME {registry.home()}: {exc.strerror} ({exc.filename})"
+        ) from exc
+    with fh:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -680,6 +425,7 @@ def _install_at(
         )
     if state == "complete" and not force:
         marker = read_marker(target) or {}
+        environment.install_hooks(env, target)  # the hooks of this provision, cheap to refresh
         return InstallResult(
             env.name, env.path, target, interpreter(target), str(marker.get("installer", "")),
             lock_sha, skipped=True, seconds=time.monotonic() - start,
@@ -702,24 +448,26 @@ def _build(
 ) -> str:
     old = target.with_name(target.name + ".provision-old")
     _clear(old)  # left by a run that was killed while replacing a complete environment
+    kept = state == "absent" and target.is_dir()  # an empty directory someone made for us
     if state in ("stale", "complete"):
         # Keep the working environment until the new one is complete; put it back on failure.
         target.rename(old)
-    else:
+    elif not kept:
         _clear(target)  # "building": a run that never finished
     record: dict[str, object] = {
         "schema": MARKER_SCHEMA,
         "state": "building",
         "name": env.name,
         "path": env.path,
-        "tf": env.tf,
+        "tf": env.spec.release.pin,
         "python": env.python,
-        "lock": LOCKS[env.path],
+        "lock": env.lock.name,
         "lock_sha256": lock_sha,
         "inputs_sha256": digest,
     }
     try:
-        target.mkdir(parents=True)
+        if not kept:
+            target.mkdir(parents=True)
         _write_marker(target, record)
         if env.path == "conda":
             used = _build_conda(env, target, solver)
@@ -727,7 +475,10 @@ def _build(
             used = _build_pip(env, target, installer)
         _write_marker(target, {**record, "state": "complete", "installer": used})
     except BaseException:
-        _clear(target)
+        if kept:
+            _empty(target)
+        else:
+            _clear(target)
         if old.exists():
             old.rename(target)
         raise
@@ -735,26 +486,37 @@ def _build(
     return used
 
 
+def system_script() -> Path:
+    """The system path's install script: one static script in the package, for every environment;
+    each environment's system.env (its --vars) says what to install."""
+    import provision
+
+    return Path(provision.__file__).parent / "scripts" / "install-system.sh"
+
+
 def _install_system(
     env: EnvDir, prefix: Path | None, script_args: tuple[str, ...], start: float
 ) -> InstallResult:
     """The system path's script is idempotent and resumable: it runs as it is, options passed on."""
-    script = env.root / "install.sh"
-    if not script.is_file():
-        raise InstallError(f"{script} is missing; re-render with `provision render`")
-    argv = ["bash", str(script.absolute())]
+    variables = env.root / "system.env"
+    if not variables.is_file():
+        raise InstallError(f"{variables} is missing; re-render with `provision render`")
+    script = system_script()
+    argv = ["bash", str(script), "--vars", str(variables.absolute())]
     if prefix is not None:
         argv += ["--prefix", str(Path(prefix).absolute())]
     if "--python" not in script_args and "--skip-venv" not in script_args:
         # The script looks only on PATH; hand it the interpreter found here (pyenv, uv) as well.
-        argv += ["--python", str(find_python(env.python))]
+        argv += ["--python", str(tools.find_python(env.python))]
     argv += list(script_args)
     try:
         done = _proc.run(argv, cwd=env.root, timeout=INSTALL_TIMEOUT, check=False)
     except ProvisionError as exc:
-        raise InstallError(f"{script}: {exc}") from exc
+        raise InstallError(f"{script.name} --vars {variables}: {exc}") from exc
     if not done:
-        raise InstallError(f"{script} failed (exit {done.returncode}): {_reason(done)}")
+        raise InstallError(
+            f"{script.name} --vars {variables} failed (exit {done.returncode}): {_reason(done)}"
+        )
     venv = system_venv(env, prefix, script_args)
     lock_sha = sha256_file(env.lock) if env.lock.is_file() else ""
     return InstallResult(
@@ -772,5 +534,5 @@ def system_venv(env: EnvDir, prefix: Path | None, script_args: tuple[str, ...] =
         if arg.startswith("--venv="):
             return Path(arg.split("=", 1)[1]).absolute()
     if prefix is None:
-        return default_prefix(env.name, "system")
+        return environment.default_prefix(env.name, "system")
     return Path(prefix).absolute() / "venvs" / env.name

@@ -17,6 +17,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from provision.errors import MatrixError, UnknownRelease
+from provision.payload import targets as gpu_targets
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -363,7 +364,6 @@ def _validate(
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MD5 = re.compile(r"[0-9a-f]{32}")
-_ARCH = re.compile(r"(sm|compute)_(\d)(\d+)")
 
 
 def _validate_release(rel: Release, cudas: dict[str, Cuda], cudnns: dict[str, Cudnn]) -> None:
@@ -382,13 +382,13 @@ def _validate_release(rel: Release, cudas: dict[str, Cuda], cudnns: dict[str, Cu
     cuda = cudas[rel.cuda]
     if cudnns[rel.cudnn].cuda_major != cuda.major:
         raise MatrixError(f"{where}: cudnn {rel.cudnn} is not built for CUDA {rel.cuda}")
-    archs = [_ARCH.fullmatch(t) for t in rel.compute_targets]
+    archs = [gpu_targets.parse(t) for t in rel.compute_targets]
     if not archs or not all(archs):
         raise MatrixError(
-            f"{where}: field 'compute_targets' must be sm_XY/compute_XY names, got "
-            f"{list(rel.compute_targets)}"
+            f"{where}: field 'compute_targets' must be sm_XY/compute_XY names (sm_80, sm_90a, "
+            f"sm_100, compute_90), got {list(rel.compute_targets)}"
         )
-    lowest = min((int(m[2]), int(m[3])) for m in archs if m)
+    lowest = min(a.capability for a in archs if a)
     if Version(rel.compute_min) != Version(f"{lowest[0]}.{lowest[1]}"):
         raise MatrixError(
             f"{where}: field 'compute_min' {rel.compute_min} is not the lowest of compute_targets "

@@ -1,6 +1,7 @@
-"""Rendering: an EnvSpec becomes the files of envs/<name>/.
+"""Rendering: an EnvSpec becomes the files of envs/<name>/ (inputs, hooks/runtime.env, manifest).
 
-`render(spec, matrix)` is pure (spec in, {relative path: text} out). Writing is separate and
+`render(spec, matrix)` is pure (spec in, {relative path: text} out); `render_export` adds what a
+self-contained copy for another machine carries (its README). Writing is separate and
 atomic: a whole environment directory is written next to its target and renamed into place, so an
 interrupted render leaves the previous files. `run()` is what `provision render` calls.
 """
@@ -19,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provision import environment
 from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
 from provision.matrix import Matrix
@@ -36,12 +38,12 @@ from provision.spec import (
 if TYPE_CHECKING:
     import jinja2
 
-META = "provision.json"
+META = environment.MANIFEST
 # Written by `provision lock`, never rendered: carried over when an environment is re-rendered.
-LOCK_FILES = ("conda-lock.yml", "requirements.lock")
+LOCK_FILES = tuple(sorted(set(environment.LOCK_FILES.values())))
 HEADER = "common/header.j2"
 SUFFIX = ".j2"
-SCHEMA = 1
+EXPORT = "export"  # templates rendered only into `provision export` copies
 
 
 def templates_dir() -> Path:
@@ -69,6 +71,8 @@ def regen_command(spec: EnvSpec) -> str:
         argv += ["--gpu-memory", spec.gpu.memory]
     if spec.gpu.devices:
         argv += ["--gpus", spec.gpu.devices]
+    if spec.jupyter:
+        argv.append("--jupyter")
     return shlex.join(argv)
 
 
@@ -124,10 +128,10 @@ def _environment(root: Path) -> jinja2.Environment:
 
 
 @cache
-def _outputs(root: Path, fam: str) -> dict[str, str]:
+def _outputs(root: Path, fam: str, common: bool = True) -> dict[str, str]:
     """Output path -> template name for common/ plus the family; the family wins on a clash."""
     found: dict[str, str] = {}
-    for base in ("common", fam):
+    for base in ("common", fam) if common else (fam,):
         folder = root / base
         if not folder.is_dir():
             continue
@@ -140,13 +144,19 @@ def _outputs(root: Path, fam: str) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-@cache
-def _smoke_source() -> str:
-    return (Path(__file__).parent / "smoke_test.py").read_text(encoding="utf-8")
-
-
 def render(spec: EnvSpec, matrix: Matrix) -> dict[str, str]:
     """Every file of envs/<spec.name>/ (relative path -> text), provision.json included."""
+    files = _render_family(spec, matrix, family(spec))
+    files[META] = _meta(spec, files)
+    return files
+
+
+def render_export(spec: EnvSpec, matrix: Matrix) -> dict[str, str]:
+    """What `provision export` adds to an environment's files: its README."""
+    return _render_family(spec, matrix, EXPORT, common=False)
+
+
+def _render_family(spec: EnvSpec, matrix: Matrix, fam: str, common: bool = True) -> dict[str, str]:
     import jinja2
 
     root = templates_dir()
@@ -156,10 +166,10 @@ def render(spec: EnvSpec, matrix: Matrix) -> dict[str, str]:
         "expected": expected(spec),
         "regen": regen_command(spec),
         "matrix": matrix,
-        "smoke_source": _smoke_source(),
+        "runtime": environment.runtime_values(spec),
     }
     files: dict[str, str] = {}
-    for out_path, name in _outputs(root, family(spec)).items():
+    for out_path, name in _outputs(root, fam, common).items():
         try:
             text = env.get_template(name).render(context)
         except jinja2.TemplateError as exc:
@@ -167,27 +177,20 @@ def render(spec: EnvSpec, matrix: Matrix) -> dict[str, str]:
             raise RenderError(f"template {name}{line}: {exc.message}") from exc
         if text.strip():
             files[out_path] = text
-    files[META] = _meta(spec, files)
     return files
 
 
 def _meta(spec: EnvSpec, files: Mapping[str, str]) -> str:
-    data = {
-        "comment": "Written by provision render: the request and a sha256 of every rendered file "
-        "(hand edits are detected against these). Do not edit by hand.",
-        "schema": SCHEMA,
-        "regen": regen_command(spec),
-        "request": {
-            "tf": spec.release.tf,
-            "path": spec.path,
-            "python": spec.python,
-            "name": spec.name,
-            "gpu_memory": spec.gpu.memory,
-            "gpus": spec.gpu.devices,
-        },
-        "files": {path: _sha256(text.encode()) for path, text in sorted(files.items())},
-    }
-    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+    request = environment.Request(
+        tf=spec.release.tf,
+        path=spec.path,
+        python=spec.python,
+        gpu_memory=spec.gpu.memory,
+        gpus=spec.gpu.devices,
+        jupyter=spec.jupyter,
+    )
+    hashes = {path: _sha256(text.encode()) for path, text in sorted(files.items())}
+    return environment.Manifest(request, hashes).dumps()
 
 
 def _sha256(data: bytes) -> str:
@@ -263,15 +266,16 @@ def run(
     force: bool,
     gpu_memory: str | None,
     gpus: str | None,
+    jupyter: bool = False,
 ) -> Result:
     """`provision render`: resolve the request, render everything in memory, then check or write."""
     m = matrix_module.load()
     result = Result()
     if all_:
-        if tf or python or name or gpu_memory or gpus:
+        if tf or python or name or gpu_memory or gpus or jupyter:
             raise UsageError(
                 "--all renders every release at its defaults; drop --tf/--python/"
-                "--name/--gpu-memory/--gpus, or render one release with --tf"
+                "--name/--gpu-memory/--gpus/--jupyter, or render one release with --tf"
             )
         specs = all_specs(m)
         for rel in m.releases:
@@ -282,7 +286,8 @@ def run(
     else:
         if not tf:
             raise UsageError("give either --tf X.Y or --all")
-        specs = [resolve(m, tf, path, python, name, GpuPolicy(gpu_memory, gpus))]
+        gpu = GpuPolicy(gpu_memory, gpus)
+        specs = [resolve(m, tf, path, python, name, gpu, jupyter=jupyter)]
     rendered = {s.name: render(s, m) for s in specs}
     _check_out_dir(out, writing=not check)
     if check:

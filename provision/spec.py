@@ -17,6 +17,7 @@ DEFAULT_PATH: PathKind = "conda"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 CHANNEL = "conda-forge"
 PLATFORMS = ("linux-64",)
+JUPYTER_KERNEL = "ipykernel"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class EnvSpec:
     channels: tuple[str, ...] = (CHANNEL,)
     platforms: tuple[str, ...] = PLATFORMS
     gpu: GpuPolicy = field(default_factory=GpuPolicy)
+    jupyter: bool = False  # ipykernel is part of the environment (`provision kernel NAME`)
 
     @property
     def tf_version(self) -> str:
@@ -127,6 +129,8 @@ def resolve(
     python: str | None = None,
     name: str | None = None,
     gpu: GpuPolicy | None = None,
+    *,
+    jupyter: bool = False,
 ) -> EnvSpec:
     if path not in PATHS:
         raise UsageError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
@@ -155,6 +159,9 @@ def resolve(
         conda_deps, pip_reqs = (), _pip_parts(release)
     else:
         conda_deps, pip_reqs = (), (f"tensorflow=={release.pin}",)
+    if jupyter:
+        # From the index like TensorFlow, so the lock of every path holds it with its hashes.
+        pip_reqs = (*pip_reqs, JUPYTER_KERNEL)
     return EnvSpec(
         name=env_name,
         path=kind,
@@ -166,6 +173,7 @@ def resolve(
         pip_requirements=pip_reqs,
         virtual_packages=_virtual_packages(cuda, release),
         gpu=gpu,
+        jupyter=jupyter,
     )
 
 

@@ -1,10 +1,11 @@
 """Verify: run an environment's smoke test inside it and compare its report with the spec.
 
-The smoke test (provision/smoke_test.py, rendered into envs/<name>/smoke_test.py with the versions
-it must find) judges itself against the expectations baked into it. This module runs it with the
-environment's own interpreter and activation variables, then judges the report's facts again
-against the spec as the matrix says *now* (a stale rendering shows up here), so a report made
-elsewhere (e.g. on a GPU machine, committed as a fixture) can be judged the same way.
+The smoke test ships once, as provision's payload (provision/payload, run from one zipapp by the
+environment's own interpreter: provision.payload_app); it judges itself against the spec's
+expectations, passed to it in a file. This module then judges the report's facts again against
+the spec as the matrix says *now*, so a report made elsewhere (e.g. on a GPU machine, committed as
+a fixture, or by an older provision) can be judged the same way. Of the payload, only its report
+schema and its judgements are imported here.
 Nothing here prints: `verify()` and `compare()` return a VerifyResult; the CLI picks the exit code.
 """
 
@@ -12,17 +13,20 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from provision import _proc
-from provision import smoke_test as st
+from provision.environment import EnvDir
 from provision.errors import UsageError, VerifyError
+from provision.payload import judge
+from provision.payload import report as schema
+from provision.payload_app import payload_argv
 
-SMOKE_TEST = Path(st.__file__)
-DEFAULT_TIMEOUT = st.DEFAULT_TIMEOUT
+DEFAULT_TIMEOUT = schema.DEFAULT_TIMEOUT
 MANIFEST = "provision.json"
 # The expectations the spec decides; the others (schema, name, path) only label the rendering.
 COMPARED = (
@@ -47,7 +51,7 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.status != st.FAIL
+        return self.status != schema.FAIL
 
     def as_json(self) -> dict[str, object]:
         return {"name": self.name, "status": self.status, "ok": self.ok, "reason": self.reason}
@@ -72,14 +76,20 @@ class VerifyResult:
     def failures(self) -> list[Outcome]:
         return [o for o in self.checks + self.findings if not o.ok]
 
+    @property
+    def cpu_only(self) -> str:
+        """Why no GPU was used ("" when one was), for the last line of verify and create."""
+        return cpu_only_reason(self.report)
+
     def lines(self) -> list[str]:
-        out = st.render_text(self.report).rstrip("\n").splitlines()
+        out = schema.render_text(self.report).rstrip("\n").splitlines()
         if self.findings:
             out.append(f"compared with the spec{f' of {self.name}' if self.name else ''}:")
             out += [f"  {o.status.upper():<4}  {o.name:<18} {o.reason}" for o in self.findings]
         verdict = "PASS" if self.ok else "FAIL"
-        bad = ", ".join(o.name for o in self.failures)
-        out.append(f"verify: {verdict}" + (f" ({bad})" if bad else ""))
+        notes = [", ".join(o.name for o in self.failures), self.cpu_only]
+        shown = "; ".join(n for n in notes if n)
+        out.append(f"verify: {verdict}" + (f" ({shown})" if shown else ""))
         return out
 
     def as_json(self) -> dict[str, object]:
@@ -87,6 +97,7 @@ class VerifyResult:
             "ok": self.ok,
             "name": self.name,
             "python": self.python,
+            "cpu_only": self.cpu_only or None,
             "checks": [o.as_json() for o in self.checks],
             "findings": [o.as_json() for o in self.findings],
             "report": self.report,
@@ -98,13 +109,13 @@ class VerifyResult:
 
 def validate(report: object) -> dict[str, Any]:
     """The report as a dict, or VerifyError saying why it is not a smoke-test report we can read."""
-    if not isinstance(report, dict) or report.get("schema") != st.SCHEMA:
-        raise VerifyError(f"not a smoke-test report (its schema is not {st.SCHEMA!r})")
+    if not isinstance(report, dict) or report.get("schema") != schema.SCHEMA:
+        raise VerifyError(f"not a smoke-test report (its schema is not {schema.SCHEMA!r})")
     version = report.get("schema_version")
-    if not isinstance(version, int) or version > st.SCHEMA_VERSION:
+    if not isinstance(version, int) or version > schema.SCHEMA_VERSION:
         raise VerifyError(
             f"the report has schema_version {version!r}; this provision reads up to "
-            f"{st.SCHEMA_VERSION}: upgrade provision"
+            f"{schema.SCHEMA_VERSION}: upgrade provision"
         )
     if not isinstance(report.get("checks"), list):
         raise VerifyError("the report has no list of checks")
@@ -126,11 +137,13 @@ def _checks(report: Mapping[str, Any]) -> tuple[Outcome, ...]:
             continue
         status = str(raw.get("status"))
         reason = str(raw.get("reason") or "")
-        if status not in st.STATUSES:
-            status, reason = st.FAIL, f"unknown status {status!r}: {reason}"
+        if status not in schema.STATUSES:
+            status, reason = schema.FAIL, f"unknown status {status!r}: {reason}"
         out.append(Outcome(str(raw.get("name")), status, reason))
     names = {o.name for o in out}
-    out += [Outcome(n, st.FAIL, "missing from the report") for n in st.CHECKS if n not in names]
+    out += [
+        Outcome(n, schema.FAIL, "missing from the report") for n in schema.CHECKS if n not in names
+    ]
     return tuple(out)
 
 
@@ -159,60 +172,66 @@ def _findings(
         diff = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in ((k, *v) for k, v in stale.items()))
         add(
             "rendering",
-            st.WARN,
+            schema.WARN,
             f"the smoke test expected other values than the spec now does ({diff}): re-render",
         )
     else:
-        add("rendering", st.PASS, "the smoke test expected what the spec says")
+        add("rendering", schema.PASS, "the smoke test expected what the spec says")
 
     tf_found, tf_want = env.get("tensorflow"), expected.get("tf_version")
     if tf_want:
         if tf_found == tf_want:
-            add("tensorflow", st.PASS, f"TensorFlow {tf_found}")
+            add("tensorflow", schema.PASS, f"TensorFlow {tf_found}")
         else:
             add(
                 "tensorflow",
-                st.FAIL,
+                schema.FAIL,
                 f"TensorFlow {tf_found or 'not importable'}, the spec says {tf_want}",
             )
     py_found, py_want = str(env.get("python") or ""), expected.get("python")
     if py_want:
-        if st.same_release(py_found, py_want) and len(st.version_tuple(py_found)) >= 2:
-            add("python", st.PASS, f"Python {py_found}")
+        if judge.same_release(py_found, py_want) and len(judge.version_tuple(py_found)) >= 2:
+            add("python", schema.PASS, f"Python {py_found}")
         else:
-            add("python", st.FAIL, f"Python {py_found or '?'}, the spec says {py_want}")
+            add("python", schema.FAIL, f"Python {py_found or '?'}, the spec says {py_want}")
 
     bi = _dict(env.get("build_info"))
     if bi:
         problems = []
-        if expected.get("cuda") and not st.same_release(bi.get("cuda_version"), expected["cuda"]):
+        if expected.get("cuda") and not judge.same_release(
+            bi.get("cuda_version"), expected["cuda"]
+        ):
             problems.append(
                 f"built with CUDA {bi.get('cuda_version')}, the spec says {expected['cuda']}"
             )
         built_cudnn = env.get("cudnn_header") or bi.get("cudnn_version")
-        if expected.get("cudnn") and not st.same_release(built_cudnn, expected["cudnn"]):
+        if expected.get("cudnn") and not judge.same_release(built_cudnn, expected["cudnn"]):
             problems.append(f"built with cuDNN {built_cudnn}, the spec says {expected['cudnn']}")
         if problems:
-            add("build", st.FAIL, "; ".join(problems))
+            add("build", schema.FAIL, "; ".join(problems))
         else:
-            add("build", st.PASS, f"built with CUDA {bi.get('cuda_version')}, cuDNN {built_cudnn}")
+            add(
+                "build",
+                schema.PASS,
+                f"built with CUDA {bi.get('cuda_version')}, cuDNN {built_cudnn}",
+            )
 
     for check, what, key in (("cudart", "CUDA runtime", "cuda"), ("cudnn", "cuDNN", "cudnn")):
         version = _details(report, check).get("version")
         if version and expected.get(key):
-            status, reason = st.judge_library_version(what, str(version), str(expected[key]))
+            status, reason = judge.judge_library_version(what, str(version), str(expected[key]))
             add(f"{check}_version", status, reason)
 
     gpus = _list(env.get("gpus"))
     targets = list(bi.get("cuda_compute_capabilities") or expected.get("compute_targets") or [])
     for gpu in gpus:
         if isinstance(gpu, dict) and gpu.get("compute_capability"):
-            status, reason = st.judge_compute(
+            status, reason = judge.judge_compute(
                 str(gpu["compute_capability"]), targets, expected.get("compute_min")
             )
             add(f"gpu{gpu.get('index')}_compute", status, f"{gpu.get('name')}: {reason}")
     if require_gpu and not gpus:
-        add("gpu_required", st.FAIL, "no GPU in the report, and --require-gpu was given")
+        add("gpu_required", schema.FAIL, "no GPU in the report, and --require-gpu was given")
 
     variables = _dict(env.get("variables"))
     policy = []
@@ -227,13 +246,13 @@ def _findings(
     ):
         policy.append("TF_FORCE_GPU_ALLOW_GROWTH is not 'true'")
     elif expected.get("gpu_memory") not in (None, "growth"):
-        have = variables.get(st.MEMORY_LIMIT_VAR)
+        have = variables.get(schema.MEMORY_LIMIT_VAR)
         if have != str(expected["gpu_memory"]):
-            policy.append(f"{st.MEMORY_LIMIT_VAR}={have!r}, spec {expected['gpu_memory']}")
+            policy.append(f"{schema.MEMORY_LIMIT_VAR}={have!r}, spec {expected['gpu_memory']}")
     if expected.get("gpus") or expected.get("gpu_memory"):
         add(
             "gpu_policy",
-            st.FAIL if policy else st.PASS,
+            schema.FAIL if policy else schema.PASS,
             "; ".join(policy) or "the activation set the policy",
         )
     return found
@@ -252,7 +271,9 @@ def compare(
     findings = _findings(data, expected, require_gpu) if expected else []
     if not expected and require_gpu and not (env.get("gpus") or []):
         findings.append(
-            Outcome("gpu_required", st.FAIL, "no GPU in the report, and --require-gpu was given")
+            Outcome(
+                "gpu_required", schema.FAIL, "no GPU in the report, and --require-gpu was given"
+            )
         )
     return VerifyResult(
         name=name,
@@ -266,72 +287,38 @@ def compare(
 # -- running the smoke test inside an environment ----------------------------------------------
 
 
-def expected_for(env_dir: Path) -> dict[str, Any]:
-    """The spec's expectations for a rendered environment, from its provision.json request."""
-    from provision import matrix, spec
-
-    manifest = env_dir / MANIFEST
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-        request = data.get("request", data)
-        gpu = spec.GpuPolicy(memory=request.get("gpu_memory"), devices=request.get("gpus"))
-        env_spec = spec.resolve(
-            matrix.load(),
-            str(request["tf"]),
-            str(request["path"]),
-            str(request["python"]),
-            str(request.get("name") or env_dir.name),
-            gpu,
-        )
-    except FileNotFoundError as exc:
-        raise VerifyError(
-            f"{env_dir} has no {MANIFEST}: render it first (provision render --tf X.Y --name "
-            f"{env_dir.name})"
-        ) from exc
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise VerifyError(f"{manifest} is not a provision manifest ({exc}); re-render it") from exc
-    return spec.expected(env_spec)
-
-
 def smoke_argv(
-    python: Path, smoke: Path, *, timeout: float, require_gpu: bool, expected_file: Path | None
+    python: Path, *, timeout: float, require_gpu: bool, expected_file: Path
 ) -> list[str]:
-    argv = [str(python), str(smoke), "--json", "--timeout", f"{timeout:g}"]
+    """The payload's smoke test, run by `python`, judging by the expectations in expected_file."""
+    args = ["--json", "--timeout", f"{timeout:g}", "--expected", str(expected_file)]
     if require_gpu:
-        argv.append("--require-gpu")
-    if expected_file is not None:
-        argv += ["--expected", str(expected_file)]
-    return argv
+        args.append("--require-gpu")
+    return payload_argv(python, "smoke", args)
 
 
 def run_smoke(
     python: Path,
     *,
-    smoke: Path = SMOKE_TEST,
     expected: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
     require_gpu: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> dict[str, Any]:
-    """Run a smoke test with `python` and return its report (VerifyError when there is none)."""
+    """Run the payload's smoke test with `python` and return its report (VerifyError when there is
+    none). `expected`: the spec's expectations; without them only the report's own checks judge."""
     if not Path(python).exists():
         raise VerifyError(f"{python} does not exist")
     if timeout <= 0:
         raise UsageError("--timeout must be positive")
     with tempfile.TemporaryDirectory(prefix="provision-verify-") as tmp:
-        expected_file = None
-        if expected is not None:
-            expected_file = Path(tmp) / "expected.json"
-            expected_file.write_text(json.dumps(dict(expected), sort_keys=True), encoding="utf-8")
+        expected_file = Path(tmp) / "expected.json"
+        expected_file.write_text(json.dumps(dict(expected or {}), sort_keys=True), encoding="utf-8")
         argv = smoke_argv(
-            Path(python),
-            smoke,
-            timeout=timeout,
-            require_gpu=require_gpu,
-            expected_file=expected_file,
+            Path(python), timeout=timeout, require_gpu=require_gpu, expected_file=expected_file
         )
         # Each check may use its deadline, and a hang costs a fresh TensorFlow start besides.
-        done = _proc.run(argv, env=env, timeout=timeout * (2 * len(st.CHECKS) + 2), check=False)
+        done = _proc.run(argv, env=env, timeout=timeout * (2 * len(schema.CHECKS) + 2), check=False)
     try:
         report = json.loads(done.stdout)
     except ValueError:
@@ -342,47 +329,64 @@ def run_smoke(
 
 
 def verify(
-    name: str | None = None,
+    env: EnvDir | None = None,
     *,
-    out: Path = Path("envs"),
     python: Path | None = None,
     prefix: Path | None = None,
     require_gpu: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> VerifyResult:
-    """Run the smoke test of envs/NAME inside its environment (or with `python`) and judge it."""
-    from provision import install
+    """Run the smoke test with the environment's interpreter, as users run it: no activation.
 
-    if name is None and python is None:
-        raise UsageError("give an environment NAME, or --python EXE")
-    expected: dict[str, Any] | None = None
-    smoke, pass_expected = SMOKE_TEST, False
-    env: dict[str, str] = {}
-    if name is not None:
-        env_dir = Path(out) / name
-        expected = expected_for(env_dir)
-        rendered = env_dir / "smoke_test.py"
-        smoke, pass_expected = (rendered, False) if rendered.is_file() else (SMOKE_TEST, True)
-        if python is None:
-            python, env = install.locate(env_dir, prefix)
-        elif prefix is not None:
-            env = install.activation_env(env_dir, prefix)
-    elif prefix is not None and python is None:
-        python = install.interpreter(prefix)
-    assert python is not None
-    report = run_smoke(
-        python,
-        smoke=smoke,
-        expected=expected if pass_expected else None,
-        env=env,
-        require_gpu=require_gpu,
-        timeout=timeout,
-    )
-    return compare(report, expected, require_gpu=require_gpu, name=name)
+    env: judge against its spec (else only the report's own checks). The interpreter is `python`,
+    else `prefix`/bin/python. A verify of a registered environment's own interpreter is recorded.
+    """
+    from provision import environment, registry
+
+    if python is None and prefix is None:
+        raise UsageError("give an environment NAME, --prefix DIR or --python EXE")
+    exe = Path(python) if python is not None else environment.interpreter(Path(prefix or "."))
+    if not exe.exists():
+        hint = f"build it with `provision install {env.name}`, or " if env else ""
+        raise VerifyError(f"no interpreter at {exe}: {hint}point at one with --python EXE")
+    expected = expected_of(env) if env is not None else None
+    report = run_smoke(exe, expected=expected, require_gpu=require_gpu, timeout=timeout)
+    result = compare(report, expected, require_gpu=require_gpu, name=env.name if env else None)
+    if env is not None:
+        record = registry.get(env.name)
+        if record is not None and Path(record.interpreter) == exe.absolute():
+            gpus = len(_list(_dict(result.report.get("environment")).get("gpus")))
+            summary = "PASS" if result.ok else "FAIL: " + ", ".join(o.name for o in result.failures)
+            if result.cpu_only:
+                summary += f" ({result.cpu_only})"
+            registry.set_verify(
+                env.name, registry.LastVerify(result.ok, gpus, summary, time.time())
+            )
+    return result
 
 
-def report_of(env_dir: Path, prefix: Path, *, require_gpu: bool = False) -> dict[str, object]:
-    """verify() of a built environment as JSON (`ok`, checks, findings, the report): for create."""
-    env_dir = Path(env_dir)
-    result = verify(env_dir.name, out=env_dir.parent, prefix=Path(prefix), require_gpu=require_gpu)
-    return result.as_json()
+def expected_of(env: EnvDir) -> dict[str, Any]:
+    """What the smoke test must find: the spec's expectations, as the matrix says now."""
+    from provision import spec
+
+    return spec.expected(env.spec)
+
+
+def cpu_only_reason(report: Mapping[str, Any]) -> str:
+    """ "" when TensorFlow used a GPU; otherwise why it ran on the CPU only, in a few words."""
+    env = _dict(report.get("environment"))
+    if _list(env.get("gpus")):
+        return ""
+    driver = _dict(env.get("driver"))
+    error = str(driver.get("error") or "")
+    if "libcuda" in error:
+        why = "no NVIDIA driver"
+    elif "no CUDA device" in error:
+        why = "the driver sees no GPU"
+    elif error:
+        why = error
+    elif driver.get("host_gpus"):
+        why = f"TensorFlow registered none of the host's {driver['host_gpus']} GPU(s)"
+    else:
+        why = "no GPU"
+    return f"CPU only: {why}"

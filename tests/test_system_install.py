@@ -1,11 +1,12 @@
-"""The system path's install.sh, run for real under a prefix in tmp_path (no root needed).
+"""The system path: provision's static install-system.sh, run for real under a prefix in tmp_path
+(no root needed), with an environment's system.env (rendered from the matrix) as its --vars.
 
-The script is rendered from the matrix; NVIDIA's runfile and cuDNN archive are replaced by fakes
-of the same names and layout (tests/fakes/nvidia.py) holding NVIDIA's real libcudart and libcudnn,
-and nvidia-smi by a fake that reports a chosen driver. Since the fakes' checksums are not NVIDIA's,
-most tests render the script from a spec whose checksums are the fakes' (dataclasses.replace);
-test_real_matrix_script_refuses_the_fakes checks that the script rendered from the matrix itself
-refuses them before running anything.
+NVIDIA's runfile and cuDNN archive are replaced by fakes of the same names and layout
+(tests/fakes/nvidia.py) holding NVIDIA's real libcudart and libcudnn, and nvidia-smi by a fake that
+reports a chosen driver. Since the fakes' checksums are not NVIDIA's, most tests render system.env
+from a spec whose checksums are the fakes' (dataclasses.replace);
+test_real_matrix_vars_refuse_the_fakes checks that the script, given the system.env rendered from
+the matrix itself, refuses them before running anything.
 
 The venv step is skipped (--skip-venv) except in the venv tests, which install a tiny pinned
 package through the script's PROVISION_VENV_PACKAGE variable, and one slow test with the real
@@ -18,6 +19,7 @@ import dataclasses
 import http.server
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,11 +33,14 @@ from fakes.nvidia import Artifacts, build_cudnn_archive, elf_soname, sha256_file
 
 from provision import matrix as matrix_module
 from provision import render as render_module
+from provision.install import system_script
 from provision.matrix import Matrix
 from provision.spec import EnvSpec, all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "templates" / "system" / "install.sh.j2"
+SCRIPT = system_script()
+TEMPLATE = ROOT / "templates" / "system" / "system.env.j2"
+VARS = "system.env"
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 REAL = matrix_module.load()
 FIXTURE = matrix_module.load(Path(__file__).resolve().parent / "golden" / "matrix.toml")
@@ -60,12 +65,12 @@ CASES = install_cases(REAL)
 SPEC = CASES[0]  # the CUDA 11 row (cuDNN from nvidia-cudnn-cu11): driver, checksum, venv tests
 
 
-def render_script(spec: EnvSpec, folder: Path, m: Matrix = REAL) -> Path:
+def render_vars(spec: EnvSpec, folder: Path, m: Matrix = REAL) -> Path:
+    """The environment's system.env, rendered into `folder` (the script's --vars)."""
     folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "install.sh"
-    script.write_text(render_module.render(spec, m)["install.sh"])
-    script.chmod(0o755)
-    return script
+    env_vars = folder / VARS
+    env_vars.write_text(render_module.render(spec, m)[VARS])
+    return env_vars
 
 
 def with_checksums(spec: EnvSpec, art: Artifacts, *, runfile: str = "sha256") -> EnvSpec:
@@ -96,8 +101,13 @@ class Run:
 
 
 def run_script(
-    script: Path, *args: str | Path, path: str, tmp: Path, env: dict[str, str] | None = None
+    env_vars: Path | None,
+    *args: str | Path,
+    path: str,
+    tmp: Path,
+    env: dict[str, str] | None = None,
 ) -> Run:
+    """bash install-system.sh --vars ENV_VARS ARGS... (no --vars when env_vars is None)."""
     full = {
         k: v
         for k, v in os.environ.items()
@@ -107,8 +117,9 @@ def run_script(
     scratch = tmp / "scratch"
     scratch.mkdir(exist_ok=True)
     full.update(PATH=path, TMPDIR=str(scratch), no_proxy="127.0.0.1,localhost", **(env or {}))
+    given = ["--vars", str(env_vars)] if env_vars is not None else []
     done = subprocess.run(
-        ["bash", str(script), *map(str, args)],
+        ["bash", str(SCRIPT), *given, *map(str, args)],
         env=full,
         capture_output=True,
         text=True,
@@ -134,9 +145,9 @@ def art(nvidia_artifacts: Callable[..., Artifacts]) -> Artifacts:
 
 
 @pytest.fixture
-def script(tmp_path: Path, art: Artifacts) -> Path:
-    """install.sh of SPEC with the fakes' checksums."""
-    return render_script(with_checksums(SPEC, art), tmp_path / "env")
+def env_vars(tmp_path: Path, art: Artifacts) -> Path:
+    """system.env of SPEC with the fakes' checksums."""
+    return render_vars(with_checksums(SPEC, art), tmp_path / "env")
 
 
 @pytest.fixture
@@ -149,48 +160,90 @@ def local_files(art: Artifacts) -> list[str | Path]:
     return ["--runfile", art.runfile, "--cudnn-archive", art.cudnn_archive]
 
 
-# --- the rendered script as text -----------------------------------------------------------------
+# --- the script and the variables file as text ---------------------------------------------------
 
 
-def test_template_writes_no_version() -> None:
-    """Every version comes from the matrix: the template itself holds no dotted number."""
-    found = re.findall(r"\b\d+\.\d+\b", TEMPLATE.read_text())
-    assert found == []
+def test_script_and_template_write_no_version() -> None:
+    """Every version comes from the matrix: neither the script nor the template holds a number."""
+    for source in (SCRIPT, TEMPLATE):
+        found = re.findall(r"\b\d+\.\d+\b", source.read_text())
+        assert found == [], source
 
 
-def test_every_system_release_passes_bash_n_and_shellcheck(tmp_path: Path) -> None:
-    scripts = []
-    for label, m in (("real", REAL), ("fixture", FIXTURE)):
-        for spec in system_specs(m):
-            script = render_script(spec, tmp_path / label / spec.name, m)
-            text = script.read_text()
-            assert text.startswith("#!/usr/bin/env bash\n# Generated by provision")
-            assert "set -euo pipefail" in text
-            for value in (
-                spec.cuda.runfile,
-                spec.cudnn.archive,
-                spec.cuda.driver_min,
-                spec.release.pin,
-            ):
-                assert f"={value}\n" in text or f"={value}'\n" in text
-            subprocess.run(["bash", "-n", str(script)], check=True)
-            scripts.append(str(script))
-    assert len(scripts) >= 2
-    # shellcheck takes about a second of CPU per script: spread them over the CPUs.
-    jobs = max(1, min(os.cpu_count() or 1, 8))
-    runs = [
-        subprocess.Popen([str(SHELLCHECK), *scripts[i::jobs]], stdout=subprocess.PIPE, text=True)
-        for i in range(jobs)
-    ]
-    findings = [run.communicate()[0] for run in runs]
-    assert [run.returncode for run in runs] == [0] * jobs, "".join(findings)
+def test_the_script_is_in_the_package_and_passes_bash_n_and_shellcheck() -> None:
+    assert SCRIPT == ROOT / "provision" / "scripts" / "install-system.sh"
+    text = SCRIPT.read_text()
+    assert text.startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in text
+    assert not (ROOT / "templates" / "system" / "install.sh.j2").exists()
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    lint = subprocess.run([str(SHELLCHECK), str(SCRIPT)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def expected_vars(spec: EnvSpec) -> dict[str, str]:
+    return {
+        "VARS_SCHEMA": "1",
+        "ENV_NAME": spec.name,
+        "TF_PIN": spec.release.pin,
+        "PYTHON_VERSION": spec.python,
+        "PYTHON_SUPPORTED": " ".join(spec.release.python),
+        "PIP_REQUIREMENTS": " ".join(spec.pip_requirements),
+        "CUDA_VERSION": spec.cuda.version,
+        "CUDA_FULL": spec.cuda.full,
+        "CUDA_MAJOR": str(spec.cuda.major),
+        "DRIVER_MIN": spec.cuda.driver_min,
+        "DRIVER_COMPAT_MIN": spec.cuda.driver_compat_min,
+        "RUNFILE_NAME": spec.cuda.runfile,
+        "RUNFILE_URL": spec.cuda.runfile_url,
+        "RUNFILE_SHA256": spec.cuda.runfile_sha256,
+        "RUNFILE_MD5": spec.cuda.runfile_md5,
+        "CUDNN_FULL": spec.cudnn.full,
+        "CUDNN_MAJOR": str(spec.cudnn.major),
+        "CUDNN_ARCHIVE_NAME": spec.cudnn.archive,
+        "CUDNN_URL": spec.cudnn.url,
+        "CUDNN_SHA256": spec.cudnn.sha256,
+    }
+
+
+def test_every_system_release_renders_variables_the_script_accepts(tmp_path: Path) -> None:
+    """system.env of every system release: the header, nothing but plain KEY=value lines (a POSIX
+    shell reads the same values from it), no install.sh any more, and the script takes it."""
+    cases = [(label, m, spec) for label, m in (("real", REAL), ("fixture", FIXTURE))
+             for spec in system_specs(m)]  # fmt: skip
+    count = 0
+    for label, m, spec in cases:
+        files = render_module.render(spec, m)
+        assert "install.sh" not in files
+        env_vars = render_vars(spec, tmp_path / label / spec.name, m)
+        lines = env_vars.read_text().splitlines()
+        assert lines[0].startswith("# Generated by provision")
+        assignments = [line for line in lines if not line.startswith("#")]
+        want = expected_vars(spec)
+        assert assignments == [f"{k}={shlex.quote(v)}" for k, v in want.items()]
+        values = " ".join(f'"${key}"' for key in want)
+        shown = subprocess.run(
+            ["sh", "-c", f'. "$1" && printf "%s\\n" {values}', "sh", str(env_vars)],
+            env={},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert shown.splitlines() == list(want.values())
+        helped = run_script(env_vars, "--help", path=host_path(), tmp=tmp_path)
+        assert helped.rc == 0, helped.out
+        for value in (spec.name, spec.cuda.runfile, spec.cudnn.archive, spec.cuda.driver_min):
+            assert value in helped.stdout
+        count += 1
+    assert count >= 2
 
 
 def test_help_and_usage_errors(tmp_path: Path) -> None:
-    script = render_script(SPEC, tmp_path / "env")
-    shown = run_script(script, "--help", path=host_path(), tmp=tmp_path)
+    env_vars = render_vars(SPEC, tmp_path / "env")
+    shown = run_script(env_vars, "--help", path=host_path(), tmp=tmp_path)
     assert shown.rc == 0
     for option in (
+        "--vars FILE",
         "--prefix DIR",
         "--runfile FILE",
         "--cudnn-archive FILE",
@@ -202,12 +255,140 @@ def test_help_and_usage_errors(tmp_path: Path) -> None:
     ):
         assert option in shown.stdout
     assert SPEC.cuda.driver_min in shown.stdout and SPEC.cuda.driver_compat_min in shown.stdout
-    bad = run_script(script, "--frobnicate", path=host_path(), tmp=tmp_path)
+    assert f"/usr/local/cuda-{SPEC.cuda.version}" in shown.stdout
+    generic = run_script(None, "--help", path=host_path(), tmp=tmp_path)
+    assert generic.rc == 0 and "Usage: install-system.sh --vars FILE [options]" in generic.stdout
+    assert SPEC.cuda.driver_min not in generic.stdout
+    bad = run_script(env_vars, "--frobnicate", path=host_path(), tmp=tmp_path)
     assert (bad.rc, bad.stderr) == (2, "error: unknown option: --frobnicate (see --help)\n")
-    missing = run_script(script, "--prefix", path=host_path(), tmp=tmp_path)
+    missing = run_script(env_vars, "--prefix", path=host_path(), tmp=tmp_path)
     assert missing.rc == 2 and "--prefix needs a value" in missing.stderr
-    spaced = run_script(script, "--prefix", tmp_path / "a b", path=host_path(), tmp=tmp_path)
+    spaced = run_script(env_vars, "--prefix", tmp_path / "a b", path=host_path(), tmp=tmp_path)
     assert spaced.rc == 2 and "must not contain whitespace" in spaced.stderr
+
+
+# --- the variables file: refused, with one line and exit 2, before anything happens --------------
+
+
+def test_no_vars_file_is_a_usage_error(tmp_path: Path, ok_path: str) -> None:
+    prefix = tmp_path / "prefix"
+    none = run_script(None, "--prefix", prefix, path=ok_path, tmp=tmp_path)
+    assert (none.rc, none.stdout) == (2, "")
+    assert none.stderr == (
+        "error: --vars FILE is required: the environment's system.env (envs/NAME/system.env) "
+        "(see --help)\n"
+    )
+    folder = render_vars(SPEC, tmp_path / "env").parent
+    given_dir = run_script(folder, "--prefix", prefix, path=ok_path, tmp=tmp_path)
+    assert given_dir.rc == 2 and f"--vars {folder}/system.env" in given_dir.stderr
+    absent = run_script(tmp_path / "nowhere.env", "--prefix", prefix, path=ok_path, tmp=tmp_path)
+    assert absent.rc == 2
+    assert absent.stderr == f"error: --vars {tmp_path}/nowhere.env: no such readable file\n"
+    assert not prefix.exists()
+
+
+MARK = "PWNED"  # a file the vars file's code would create, had it run
+
+
+def _set(key: str, raw: str) -> Callable[[str], str]:
+    """An edit of system.env: KEY's line becomes KEY=RAW (RAW exactly as written in the file)."""
+    return lambda text: re.sub(rf"(?m)^{key}=.*$", lambda _: f"{key}={raw}", text)
+
+
+def _append(line: str) -> Callable[[str], str]:
+    return lambda text: text + line + "\n"
+
+
+def _drop(*keys: str) -> Callable[[str], str]:
+    return lambda text: "".join(
+        line for line in text.splitlines(keepends=True) if line.split("=")[0] not in keys
+    )
+
+
+BAD_VARS = {
+    "missing": (_drop("CUDA_MAJOR", "RUNFILE_MD5"), "lacks CUDA_MAJOR, RUNFILE_MD5; re-render"),
+    "malformed": (_set("CUDA_MAJOR", "eleven"), ":{CUDA_MAJOR}: CUDA_MAJOR=eleven is malformed"),
+    "not-a-version": (_set("DRIVER_MIN", "'520 61'"), "DRIVER_MIN='520 61' is malformed"),
+    "quoted-command": (
+        _set("ENV_NAME", f"'$(touch {MARK})'"),
+        f":{{ENV_NAME}}: ENV_NAME='$(touch {MARK})' is malformed",
+    ),
+    "bare-command": (
+        _set("TF_PIN", f"$(touch {MARK})"),
+        f"TF_PIN=$(touch {MARK}) is not one shell word as provision writes it",
+    ),
+    "double-quoted-command": (
+        _set("RUNFILE_URL", f'"https://x/`touch {MARK}`/a.run"'),
+        'RUNFILE_URL="https://x/`touch',
+    ),
+    "command-in-a-url": (
+        _set("CUDNN_URL", f"'https://x/$(touch {MARK})/a.tar.xz'"),
+        "CUDNN_URL='https://x/$(touch",
+    ),
+    "a-command-line": (_append(f"touch {MARK}"), f"not a KEY=value line: touch {MARK}"),
+    "unknown": (_append("LD_PRELOAD=/tmp/evil.so"), "unknown variable LD_PRELOAD"),
+    "twice": (_append("TF_PIN=1"), "TF_PIN is set twice (also on line {TF_PIN})"),
+    "pip-option": (
+        _set("PIP_REQUIREMENTS", "'--index-url=http://evil tensorflow'"),
+        "PIP_REQUIREMENTS='--index-url=http://evil tensorflow' is malformed",
+    ),
+    "path-in-a-name": (_set("RUNFILE_NAME", "../../etc/passwd"), "RUNFILE_NAME=../../etc/passwd"),
+    "inconsistent": (_set("CUDA_FULL", "1.2.3"), "CUDA_FULL 1.2.3 is not of CUDA_VERSION"),
+    "url-of-another-file": (_set("RUNFILE_URL", "https://x/y.run"), "does not end in /cuda_"),
+    "unsupported-python": (_set("PYTHON_VERSION", "2.7"), "PYTHON_VERSION 2.7 is not among"),
+    "schema": (_set("VARS_SCHEMA", "2"), "VARS_SCHEMA is 2, but this install-system.sh reads 1"),
+    "crlf": (lambda text: text.replace("\n", "\r\n"), "VARS_SCHEMA=1? is not one shell word"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_VARS))
+def test_a_bad_vars_file_is_refused_before_anything_happens(
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str, case: str
+) -> None:
+    edit, message = BAD_VARS[case]
+    text = env_vars.read_text()
+    line_of = {
+        line.split("=")[0]: str(n)
+        for n, line in enumerate(text.splitlines(), 1)
+        if line[:1].isupper()
+    }
+    env_vars.write_text(edit(text))
+    prefix = tmp_path / "prefix"
+    done = run_script(
+        env_vars,
+        "--prefix",
+        prefix,
+        "--skip-venv",
+        *local_files(art),
+        path=ok_path,
+        tmp=tmp_path,
+        # Values of the same names in the environment are no substitute for the file's.
+        env={"CUDA_MAJOR": str(SPEC.cuda.major), "RUNFILE_MD5": SPEC.cuda.runfile_md5},
+    )
+    assert (done.rc, done.stdout) == (2, ""), done.out
+    assert done.stderr.startswith(f"error: {env_vars}")
+    assert message.format(**line_of) in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert not prefix.exists()
+    assert list(tmp_path.rglob(MARK)) == [] and not Path(MARK).exists()
+    helped = run_script(env_vars, "--help", path=ok_path, tmp=tmp_path)
+    assert (helped.rc, helped.stderr) == (2, done.stderr)  # --help with --vars checks it too
+
+
+def test_values_in_quoted_pieces_are_joined_into_one_word(
+    tmp_path: Path, art: Artifacts, ok_path: str
+) -> None:
+    """Any quoting a POSIX shell would read as the same single word, e.g. 'tf'2.13-system."""
+    env_vars = render_vars(with_checksums(SPEC, art), tmp_path / "env")
+    name = SPEC.name
+    edited = _set("ENV_NAME", f"'{name[:2]}'{name[2:]}")(env_vars.read_text())
+    env_vars.write_text(_set("TF_PIN", f"{SPEC.release.pin}''")(edited))
+    done = run_script(
+        env_vars, "--prefix", tmp_path / "p", "--dry-run", "--skip-venv", *local_files(art),
+        path=ok_path, tmp=tmp_path,
+    )  # fmt: skip
+    assert done.rc == 0, done.out
+    assert done.stdout.startswith(f"{name}: TensorFlow {SPEC.release.pin}, CUDA")
 
 
 # --- the driver check ----------------------------------------------------------------------------
@@ -219,12 +400,12 @@ def older_than(version: str) -> str:
 
 
 def test_driver_older_than_the_compat_floor_is_refused(
-    tmp_path: Path, script: Path, art: Artifacts, fake_nvidia_smi: Callable[..., Path]
+    tmp_path: Path, env_vars: Path, art: Artifacts, fake_nvidia_smi: Callable[..., Path]
 ) -> None:
     old = older_than(SPEC.cuda.driver_compat_min)
     prefix = tmp_path / "prefix"
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         prefix,
         *local_files(art),
@@ -239,12 +420,12 @@ def test_driver_older_than_the_compat_floor_is_refused(
 
 
 def test_driver_in_the_compat_range_proceeds_with_a_warning(
-    tmp_path: Path, script: Path, art: Artifacts, fake_nvidia_smi: Callable[..., Path]
+    tmp_path: Path, env_vars: Path, art: Artifacts, fake_nvidia_smi: Callable[..., Path]
 ) -> None:
     if SPEC.cuda.driver_compat_min == SPEC.cuda.driver_min:
         pytest.skip("this CUDA row has no minor-version-compatibility range")
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         tmp_path / "prefix",
         "--dry-run",
@@ -264,7 +445,7 @@ needs_no_driver = pytest.mark.skipif(
 
 @needs_no_driver
 def test_a_missing_program_is_named_before_anything_is_written(
-    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
 ) -> None:
     # A PATH holding every program of this host but xz: NVIDIA's cuDNN archives are .tar.xz.
     bin_dir = tmp_path / "bin-without-xz"
@@ -276,21 +457,25 @@ def test_a_missing_program_is_named_before_anything_is_written(
                 (bin_dir / exe.name).symlink_to(exe.resolve())
     prefix = tmp_path / "prefix"
     files = local_files(art)
-    done = run_script(script, "--prefix", prefix, *files, path=str(bin_dir), tmp=tmp_path)
+    done = run_script(env_vars, "--prefix", prefix, *files, path=str(bin_dir), tmp=tmp_path)
     assert done.rc == 1, done.out
     assert "missing program(s): xz (package xz-utils)" in done.stderr
     assert not prefix.exists()
     dry = run_script(
-        script, "--prefix", prefix, "--dry-run", *files, path=str(bin_dir), tmp=tmp_path
+        env_vars, "--prefix", prefix, "--dry-run", *files, path=str(bin_dir), tmp=tmp_path
     )
     assert dry.rc == 0, dry.out
     assert "missing program(s): xz (package xz-utils); a real run would stop here" in dry.out
     assert not prefix.exists()
 
 
-def test_no_driver_is_refused_with_the_reason(tmp_path: Path, script: Path, art: Artifacts) -> None:
+def test_no_driver_is_refused_with_the_reason(
+    tmp_path: Path, env_vars: Path, art: Artifacts
+) -> None:
     prefix = tmp_path / "prefix"
-    done = run_script(script, "--prefix", prefix, *local_files(art), path=host_path(), tmp=tmp_path)
+    done = run_script(
+        env_vars, "--prefix", prefix, *local_files(art), path=host_path(), tmp=tmp_path
+    )
     assert done.rc == 1
     assert "no NVIDIA driver found (nvidia-smi is not installed" in done.stderr
     assert f">= {SPEC.cuda.driver_min}" in done.stderr and "--skip-driver-check" in done.stderr
@@ -299,10 +484,10 @@ def test_no_driver_is_refused_with_the_reason(tmp_path: Path, script: Path, art:
 
 @needs_no_driver
 def test_failing_nvidia_smi_is_refused_with_its_message(
-    tmp_path: Path, script: Path, art: Artifacts, fake_nvidia_smi: Callable[..., Path]
+    tmp_path: Path, env_vars: Path, art: Artifacts, fake_nvidia_smi: Callable[..., Path]
 ) -> None:
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         tmp_path / "prefix",
         *local_files(art),
@@ -314,10 +499,10 @@ def test_failing_nvidia_smi_is_refused_with_its_message(
 
 
 def test_skip_driver_check_builds_without_a_driver(
-    tmp_path: Path, script: Path, art: Artifacts
+    tmp_path: Path, env_vars: Path, art: Artifacts
 ) -> None:
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         tmp_path / "prefix",
         "--skip-venv",
@@ -334,12 +519,12 @@ def test_skip_driver_check_builds_without_a_driver(
 # --- checksums: refused before anything runs -----------------------------------------------------
 
 
-def test_real_matrix_script_refuses_the_fakes(tmp_path: Path, art: Artifacts, ok_path: str) -> None:
-    """The script as rendered from the matrix: NVIDIA's checksums, which the fakes cannot match."""
-    script = render_script(SPEC, tmp_path / "env")
+def test_real_matrix_vars_refuse_the_fakes(tmp_path: Path, art: Artifacts, ok_path: str) -> None:
+    """system.env as rendered from the matrix: NVIDIA's checksums, which the fakes cannot match."""
+    env_vars = render_vars(SPEC, tmp_path / "env")
     prefix, log = tmp_path / "prefix", tmp_path / "runfile.log"
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         prefix,
         "--skip-venv",
@@ -370,10 +555,10 @@ def test_any_mismatch_is_refused_before_the_runfile_runs(
     else:
         spec = dataclasses.replace(spec, cudnn=dataclasses.replace(spec.cudnn, sha256=bogus))
         bad_file = art.cudnn_archive
-    script = render_script(spec, tmp_path / "env")
+    env_vars = render_vars(spec, tmp_path / "env")
     prefix, log = tmp_path / "prefix", tmp_path / "runfile.log"
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         prefix,
         "--skip-venv",
@@ -394,9 +579,9 @@ def test_any_mismatch_is_refused_before_the_runfile_runs(
 def test_md5_is_used_when_the_matrix_has_no_sha256(
     tmp_path: Path, art: Artifacts, ok_path: str
 ) -> None:
-    script = render_script(with_checksums(SPEC, art, runfile="md5"), tmp_path / "env")
+    env_vars = render_vars(with_checksums(SPEC, art, runfile="md5"), tmp_path / "env")
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         tmp_path / "prefix",
         "--skip-venv",
@@ -415,13 +600,13 @@ def test_no_checksum_needs_allow_unverified(tmp_path: Path, art: Artifacts, ok_p
         cuda=dataclasses.replace(SPEC.cuda, runfile_sha256="", runfile_md5=""),
         cudnn=dataclasses.replace(SPEC.cudnn, sha256=art.cudnn_sha256),
     )
-    script = render_script(spec, tmp_path / "env")
+    env_vars = render_vars(spec, tmp_path / "env")
     prefix = tmp_path / "prefix"
     args = ("--prefix", prefix, "--skip-venv", *local_files(art))
-    refused = run_script(script, *args, path=ok_path, tmp=tmp_path)
+    refused = run_script(env_vars, *args, path=ok_path, tmp=tmp_path)
     assert refused.rc == 1 and "Pass --allow-unverified" in refused.stderr
     assert not prefix.exists()
-    done = run_script(script, *args, "--allow-unverified", path=ok_path, tmp=tmp_path)
+    done = run_script(env_vars, *args, "--allow-unverified", path=ok_path, tmp=tmp_path)
     assert done.rc == 0, done.out
     assert f"using {art.runfile} unverified (--allow-unverified)" in done.stderr
 
@@ -437,12 +622,12 @@ def test_install_under_a_prefix_then_nothing_to_do(
     fake_nvidia_smi: Callable[..., Path],
 ) -> None:
     art = nvidia_artifacts(spec.cuda, spec.cudnn)
-    script = render_script(with_checksums(spec, art), tmp_path / "env")
+    env_vars = render_vars(with_checksums(spec, art), tmp_path / "env")
     prefix, log = tmp_path / "prefix", tmp_path / "runfile.log"
     path = host_path(fake_nvidia_smi(spec.cuda.driver_min))
     env = {"FAKE_CUDA_RUNFILE_LOG": str(log)}
     first = run_script(
-        script,
+        env_vars,
         "--prefix",
         prefix,
         "--skip-venv",
@@ -509,7 +694,7 @@ def test_install_under_a_prefix_then_nothing_to_do(
     # Again: every step is done, nothing changes, and it says so.
     before = snapshot(prefix)
     again = run_script(
-        script,
+        env_vars,
         "--prefix",
         prefix,
         "--skip-venv",
@@ -527,10 +712,12 @@ def test_install_under_a_prefix_then_nothing_to_do(
     assert "[verify]" not in again.stdout  # the downloads are not even needed any more
 
 
-def test_dry_run_writes_nothing(tmp_path: Path, script: Path, art: Artifacts, ok_path: str) -> None:
+def test_dry_run_writes_nothing(
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
+) -> None:
     prefix = tmp_path / "prefix"
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         prefix,
         "--skip-venv",
@@ -553,13 +740,13 @@ def test_dry_run_writes_nothing(tmp_path: Path, script: Path, art: Artifacts, ok
 
 
 def test_dry_run_of_a_system_wide_install_names_the_system_paths(
-    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
 ) -> None:
     toolkit = Path(f"/usr/local/cuda-{SPEC.cuda.version}")
     if toolkit.exists():
         pytest.skip(f"{toolkit} exists on this host")
     done = run_script(
-        script, "--dry-run", "--skip-venv", *local_files(art), path=ok_path, tmp=tmp_path
+        env_vars, "--dry-run", "--skip-venv", *local_files(art), path=ok_path, tmp=tmp_path
     )
     assert done.rc == 0, done.out
     assert f"--toolkitpath={toolkit}" in done.stdout
@@ -574,8 +761,9 @@ def test_dry_run_of_a_system_wide_install_names_the_system_paths(
 def test_system_wide_install_without_root_is_refused() -> None:
     with tempfile.TemporaryDirectory() as tmp:  # pytest's own tmp_path is private to root
         Path(tmp).chmod(0o755)
-        script = render_script(SPEC, Path(tmp) / "env")
+        env_vars = render_vars(SPEC, Path(tmp) / "env")
         Path(tmp, "env").chmod(0o755)
+        script = Path(shutil.copy(SCRIPT, tmp))  # the checkout may be private to root too
         done = subprocess.run(
             [
                 "setpriv",
@@ -584,6 +772,8 @@ def test_system_wide_install_without_root_is_refused() -> None:
                 "--clear-groups",
                 "bash",
                 str(script),
+                "--vars",
+                str(env_vars),
                 "--skip-venv",
             ],
             capture_output=True,
@@ -596,19 +786,19 @@ def test_system_wide_install_without_root_is_refused() -> None:
 
 
 def test_an_interrupted_toolkit_install_is_redone(
-    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
 ) -> None:
     prefix = tmp_path / "prefix"
     args = ("--prefix", prefix, "--skip-venv", *local_files(art))
     crashed = run_script(
-        script, *args, path=ok_path, tmp=tmp_path, env={"FAKE_CUDA_RUNFILE_CRASH": "1"}
+        env_vars, *args, path=ok_path, tmp=tmp_path, env={"FAKE_CUDA_RUNFILE_CRASH": "1"}
     )
     assert crashed.rc == 1
     assert "the CUDA runfile failed (exit 137)" in crashed.stderr
     home = prefix / f"cuda-{SPEC.cuda.version}"
     assert (home / "version.json").exists() and not (home / "lib64").exists()  # half unpacked
     assert not (prefix / "etc").exists()
-    done = run_script(script, *args, path=ok_path, tmp=tmp_path)
+    done = run_script(env_vars, *args, path=ok_path, tmp=tmp_path)
     assert done.rc == 0, done.out
     assert "[toolkit] a previous run was interrupted while installing the toolkit" in done.stdout
     assert (home / "lib64" / f"libcudnn.so.{SPEC.cudnn.major}").exists()
@@ -616,7 +806,7 @@ def test_an_interrupted_toolkit_install_is_redone(
 
 
 def test_a_toolkit_installed_by_someone_else_is_used(
-    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
 ) -> None:
     home = tmp_path / "prefix" / f"cuda-{SPEC.cuda.version}"
     subprocess.run(
@@ -625,7 +815,7 @@ def test_a_toolkit_installed_by_someone_else_is_used(
         capture_output=True,
     )
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         tmp_path / "prefix",
         "--skip-venv",
@@ -642,12 +832,13 @@ def test_a_toolkit_installed_by_someone_else_is_used(
 def test_an_older_archive_layout_is_unpacked(tmp_path: Path, art: Artifacts, ok_path: str) -> None:
     """Older cuDNN shipped `cudnn-<cuda>-linux-x64-v<full>.tgz` holding cuda/include, cuda/lib64."""
     old_name = f"cudnn-{SPEC.cuda.version}-linux-x64-v{SPEC.cudnn.full}.tgz"
-    cudnn = dataclasses.replace(SPEC.cudnn, archive=old_name)
+    url = SPEC.cudnn.url.rsplit("/", 1)[0] + "/" + old_name
+    cudnn = dataclasses.replace(SPEC.cudnn, archive=old_name, url=url)
     archive = build_cudnn_archive(tmp_path / "old", cudnn)
     spec = with_checksums(dataclasses.replace(SPEC, cudnn=cudnn), Artifacts(art.runfile, archive))
-    script = render_script(spec, tmp_path / "env")
+    env_vars = render_vars(spec, tmp_path / "env")
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         tmp_path / "prefix",
         "--skip-venv",
@@ -682,9 +873,9 @@ def test_an_archive_of_another_cudnn_version_is_refused(
     ]
     archive = build_cudnn_archive(tmp_path / "other", SPEC.cudnn, wheel_version=others[0])
     spec = with_checksums(SPEC, Artifacts(art.runfile, archive))
-    script = render_script(spec, tmp_path / "env")
+    env_vars = render_vars(spec, tmp_path / "env")
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         tmp_path / "prefix",
         "--skip-venv",
@@ -771,13 +962,13 @@ def test_downloads_resume_and_are_verified(
 ) -> None:
     shutil.copy(art.runfile, server.folder)
     shutil.copy(art.cudnn_archive, server.folder)
-    script = render_script(served_spec(SPEC, art, server), tmp_path / "env")
+    env_vars = render_vars(served_spec(SPEC, art, server), tmp_path / "env")
     downloads = tmp_path / "downloads"
     downloads.mkdir()
     half = art.runfile.stat().st_size // 2
     (downloads / f"{SPEC.cuda.runfile}.part").write_bytes(art.runfile.read_bytes()[:half])
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         tmp_path / "prefix",
         "--skip-venv",
@@ -800,9 +991,9 @@ def test_a_failing_download_fails_clearly_and_installs_nothing(
     tmp_path: Path, art: Artifacts, ok_path: str, server: _RangeServer
 ) -> None:
     shutil.copy(art.runfile, server.folder)  # the cuDNN archive is missing: HTTP 404
-    script = render_script(served_spec(SPEC, art, server), tmp_path / "env")
+    env_vars = render_vars(served_spec(SPEC, art, server), tmp_path / "env")
     prefix = tmp_path / "prefix"
-    done = run_script(script, "--prefix", prefix, "--skip-venv", path=ok_path, tmp=tmp_path)
+    done = run_script(env_vars, "--prefix", prefix, "--skip-venv", path=ok_path, tmp=tmp_path)
     assert done.rc == 1
     assert re.search(
         r"error: download failed \(exit 22\): http://127\.0\.0\.1:\d+/"
@@ -817,12 +1008,12 @@ def test_a_failing_download_fails_clearly_and_installs_nothing(
 
 
 def test_venv_with_a_pinned_package_then_nothing_to_do(
-    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
 ) -> None:
     prefix = tmp_path / "prefix"
     args = ("--prefix", prefix, "--python", sys.executable, *local_files(art))
     env = {"PROVISION_VENV_PACKAGE": TINY}
-    first = run_script(script, *args, path=ok_path, tmp=tmp_path, env=env)
+    first = run_script(env_vars, *args, path=ok_path, tmp=tmp_path, env=env)
     assert first.rc == 0, first.out
     venv = prefix / "venvs" / SPEC.name
     got = subprocess.run(
@@ -834,14 +1025,29 @@ def test_venv_with_a_pinned_package_then_nothing_to_do(
     assert got.stdout.strip() == TINY.partition("==")[2]
     assert f"[venv] {venv} has six {TINY.partition('==')[2]}" in first.stdout
     before = snapshot(prefix)
-    again = run_script(script, *args, path=ok_path, tmp=tmp_path, env=env)
+    again = run_script(env_vars, *args, path=ok_path, tmp=tmp_path, env=env)
     assert again.rc == 0, again.out
     assert f"[venv] nothing to do: {venv} has six" in again.stdout
     assert snapshot(prefix) == before
 
 
+def test_the_venv_comes_from_the_lock_next_to_the_vars_file_else_its_requirements(
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
+) -> None:
+    args = ("--prefix", tmp_path / "prefix", "--python", sys.executable, "--dry-run")
+    unlocked = run_script(env_vars, *args, *local_files(art), path=ok_path, tmp=tmp_path)
+    assert unlocked.rc == 0, unlocked.out
+    assert f"and pip install {' '.join(SPEC.pip_requirements)} (missing)" in unlocked.stdout
+    lock = env_vars.parent / "requirements.lock"
+    lock.write_text(f"{TINY} --hash=sha256:{'0' * 64}\n")
+    locked = run_script(env_vars, *args, *local_files(art), path=ok_path, tmp=tmp_path)
+    assert locked.rc == 0, locked.out
+    assert f"and pip install --require-hashes -r {lock} (missing)" in locked.stdout
+    assert not (tmp_path / "prefix").exists()
+
+
 def test_venv_from_the_lock_with_hashes(
-    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
 ) -> None:
     wheels = tmp_path / "wheels"
     subprocess.run(
@@ -849,31 +1055,31 @@ def test_venv_from_the_lock_with_hashes(
         check=True,
     )
     (wheel,) = wheels.iterdir()
-    lock = script.parent / "requirements.lock"
+    lock = env_vars.parent / "requirements.lock"
     args = ("--prefix", tmp_path / "prefix", "--python", sys.executable, *local_files(art))
     env = {"PROVISION_VENV_PACKAGE": TINY}
 
     lock.write_text(f"{TINY} --hash=sha256:{'0' * 64}\n")
-    refused = run_script(script, *args, path=ok_path, tmp=tmp_path, env=env)
+    refused = run_script(env_vars, *args, path=ok_path, tmp=tmp_path, env=env)
     assert refused.rc == 1
     assert "--require-hashes -r" in refused.stdout
     assert "THESE PACKAGES DO NOT MATCH THE HASHES" in refused.stderr
 
     lock.write_text(f"{TINY} --hash=sha256:{sha256_file(wheel)}\n")
-    done = run_script(script, *args, path=ok_path, tmp=tmp_path, env=env)
+    done = run_script(env_vars, *args, path=ok_path, tmp=tmp_path, env=env)
     assert done.rc == 0, done.out
     assert "[venv] a previous" not in done.stdout
     assert f"has six {TINY.partition('==')[2]}" in done.stdout
 
 
 def test_a_python_the_release_does_not_support_is_refused(
-    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
 ) -> None:
     fake = tmp_path / "python-too-old"
     fake.write_text('#!/bin/sh\necho "2.7"\n')
     fake.chmod(0o755)
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         tmp_path / "prefix",
         "--python",
@@ -892,7 +1098,7 @@ def test_a_python_the_release_does_not_support_is_refused(
 
 @pytest.mark.slow
 def test_venv_with_the_real_tensorflow_pin(
-    tmp_path: Path, script: Path, art: Artifacts, ok_path: str
+    tmp_path: Path, env_vars: Path, art: Artifacts, ok_path: str
 ) -> None:
     """No override: `tensorflow==<pin>` from the index, imported with the toolkit's paths."""
     python = shutil.which(f"python{SPEC.python}")
@@ -900,7 +1106,7 @@ def test_venv_with_the_real_tensorflow_pin(
         pytest.skip(f"no python{SPEC.python} on this host")
     prefix = tmp_path / "prefix"
     done = run_script(
-        script,
+        env_vars,
         "--prefix",
         prefix,
         "--python",

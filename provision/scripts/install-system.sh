@@ -1,77 +1,14 @@
 #!/usr/bin/env bash
-{% with comment="#" %}{% include "common/header.j2" %}{% endwith %}
-#
-# The system path of {{ spec.name }}: NVIDIA's CUDA runfile (toolkit only, never the driver),
-# NVIDIA's cuDNN archive unpacked into the toolkit tree, loader (ld.so.conf.d) and login-shell
-# (profile.d) configuration, and a venv with TensorFlow. Every step first checks whether it is
-# already done, so a second run changes nothing, and a run that was interrupted is completed by
-# running the script again. `--help` lists the options.
+# provision's install script for the system path, one for every environment: NVIDIA's CUDA runfile
+# (toolkit only, never the driver), NVIDIA's cuDNN archive unpacked into the toolkit tree, loader
+# (ld.so.conf.d) and login-shell (profile.d) configuration, and a venv with TensorFlow. What to
+# install (versions, file names, URLs, checksums) comes from the environment's system.env, given
+# with --vars and read as data (KEY=value lines, each value checked), never run as shell code. Every
+# step first checks whether it is already done, so a second run changes nothing, and a run that was
+# interrupted is completed by running the script again. `--help` lists the options.
 set -euo pipefail
 
-# --- what this environment needs (from provision's matrix) ---------------------------------------
-readonly ENV_NAME={{ spec.name | shquote }}
-readonly TF_PIN={{ spec.release.pin | shquote }}
-readonly PYTHON_VERSION={{ spec.python | shquote }}
-readonly PYTHON_SUPPORTED=({% for v in spec.release.python %}{{ v | shquote }}{{ " " if not loop.last }}{% endfor %})
-readonly PIP_REQUIREMENTS=({% for r in spec.pip_requirements %}{{ r | shquote }}{{ " " if not loop.last }}{% endfor %})
-readonly CUDA_VERSION={{ spec.cuda.version | shquote }}
-readonly CUDA_FULL={{ spec.cuda.full | shquote }}
-readonly CUDA_MAJOR={{ spec.cuda.major | string | shquote }}
-readonly DRIVER_MIN={{ spec.cuda.driver_min | shquote }}
-readonly DRIVER_COMPAT_MIN={{ spec.cuda.driver_compat_min | shquote }}
-readonly RUNFILE_NAME={{ spec.cuda.runfile | shquote }}
-readonly RUNFILE_URL={{ spec.cuda.runfile_url | shquote }}
-readonly RUNFILE_SHA256={{ spec.cuda.runfile_sha256 | shquote }}
-readonly RUNFILE_MD5={{ spec.cuda.runfile_md5 | shquote }}
-readonly CUDNN_FULL={{ spec.cudnn.full | shquote }}
-readonly CUDNN_MAJOR={{ spec.cudnn.major | string | shquote }}
-readonly CUDNN_ARCHIVE_NAME={{ spec.cudnn.archive | shquote }}
-readonly CUDNN_URL={{ spec.cudnn.url | shquote }}
-readonly CUDNN_SHA256={{ spec.cudnn.sha256 | shquote }}
-{% raw %}
-
-SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-readonly SCRIPT_DIR
-readonly LOCK_FILE="$SCRIPT_DIR/requirements.lock"
-
-usage() {
-	cat <<EOF
-Usage: install.sh [options]
-
-Installs $ENV_NAME: the CUDA $CUDA_VERSION toolkit from NVIDIA's runfile (the toolkit only: the
-NVIDIA driver is never installed or touched), cuDNN $CUDNN_FULL into the toolkit tree,
-ld.so.conf.d and profile.d entries, and a venv with TensorFlow $TF_PIN for Python $PYTHON_VERSION.
-Checksums of both downloads are verified before anything runs. Every step is skipped when it is
-already done; run the script again to complete an interrupted install.
-
-Options:
-  --prefix DIR          install without root under DIR: toolkit in DIR/cuda-$CUDA_VERSION, loader and
-                        shell configuration in DIR/etc/ld.so.conf.d and DIR/etc/profile.d, venv in
-                        DIR/venvs/$ENV_NAME, downloads in DIR/downloads. Default: / (needs root:
-                        /usr/local/cuda-$CUDA_VERSION, /etc, /opt/provision/venvs, /var/cache/provision)
-  --runfile FILE        a local copy of the runfile, instead of downloading it:
-                        $RUNFILE_NAME
-  --cudnn-archive FILE  a local copy of the cuDNN archive, instead of downloading it:
-                        $CUDNN_ARCHIVE_NAME
-  --download-dir DIR    where downloads go (resumable; partial files end in .part)
-  --venv DIR            where the venv goes
-  --python EXE          the interpreter the venv is made from (default: python$PYTHON_VERSION)
-  --skip-venv           install CUDA and cuDNN only
-  --skip-driver-check   do not require an NVIDIA driver (building an image on a machine
-                        without a GPU); the driver is still never installed
-  --allow-unverified    accept a download whose checksum the matrix does not record
-  --dry-run             print what would be done, change nothing
-  -h, --help            this text
-
-The driver must be at least $DRIVER_MIN (CUDA $CUDA_VERSION's own minimum); from
-$DRIVER_COMPAT_MIN on it runs through CUDA's minor-version compatibility (with a warning).
-When requirements.lock is next to this script, the venv is installed from it with
---require-hashes; otherwise from: ${PIP_REQUIREMENTS[*]}
-
-Environment (for tests): PROVISION_VENV_PACKAGE=NAME==VERSION replaces the package the venv is
-checked for (default tensorflow==$TF_PIN); without a lock it is also what gets installed.
-EOF
-}
+readonly SCRIPT_NAME=install-system.sh
 
 # --- output ----------------------------------------------------------------------------------------
 say() { printf '%s\n' "$*"; }
@@ -86,7 +23,206 @@ usage_error() {
 	exit 2
 }
 
+# --- the environment's variables (--vars FILE) ------------------------------------------------------
+# What provision's render writes into system.env, from its matrix. Each value is one shell word as
+# Python's shlex.quote writes it (bare, or in single quotes), so that sourcing the file would give
+# the same values; this script does not source it: it parses each line and matches each value
+# against its pattern (bash ERE, the whole value), so a vars file cannot run code.
+readonly VARS_SCHEMA_READ=1
+_version='[0-9]+(\.[0-9]+)+'
+_specifier='(===|==|!=|<=|>=|~=|<|>)[A-Za-z0-9.*+!_-]+'
+_requirement="[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(\[[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*\])?($_specifier(,$_specifier)*)?"
+_file_name='[A-Za-z0-9][A-Za-z0-9._+-]*'
+_url='https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%+-]*)+'
+declare -rA VAR_PATTERNS=(
+	[VARS_SCHEMA]='[0-9]+'
+	[ENV_NAME]='[A-Za-z0-9][A-Za-z0-9._-]{0,63}'
+	[TF_PIN]='[0-9]+(\.[0-9]+)+((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?'
+	[PYTHON_VERSION]='[0-9]+\.[0-9]+'
+	[PYTHON_SUPPORTED]='[0-9]+\.[0-9]+( [0-9]+\.[0-9]+)*'
+	[PIP_REQUIREMENTS]="$_requirement( $_requirement)*"
+	[CUDA_VERSION]='[0-9]+\.[0-9]+'
+	[CUDA_FULL]='[0-9]+\.[0-9]+\.[0-9]+'
+	[CUDA_MAJOR]='[0-9]+'
+	[DRIVER_MIN]="$_version"
+	[DRIVER_COMPAT_MIN]="$_version"
+	[RUNFILE_NAME]="$_file_name"
+	[RUNFILE_URL]="$_url"
+	[RUNFILE_SHA256]='([0-9a-fA-F]{64})?'
+	[RUNFILE_MD5]='([0-9a-fA-F]{32})?'
+	[CUDNN_FULL]='[0-9]+(\.[0-9]+){2,3}'
+	[CUDNN_MAJOR]='[0-9]+'
+	[CUDNN_ARCHIVE_NAME]="$_file_name"
+	[CUDNN_URL]="$_url"
+	[CUDNN_SHA256]='([0-9a-fA-F]{64})?'
+)
+# What a value that does not match its pattern should have been (for the error message).
+declare -rA VAR_WANTED=(
+	[VARS_SCHEMA]="a number"
+	[ENV_NAME]="an environment name: letters, digits, '.', '_', '-'"
+	[TF_PIN]="a version"
+	[PYTHON_VERSION]="major.minor"
+	[PYTHON_SUPPORTED]="major.minor versions separated by single spaces"
+	[PIP_REQUIREMENTS]="pip requirements (name[extras]==version) separated by single spaces"
+	[CUDA_VERSION]="major.minor"
+	[CUDA_FULL]="major.minor.patch"
+	[CUDA_MAJOR]="a number"
+	[DRIVER_MIN]="numbers separated by dots"
+	[DRIVER_COMPAT_MIN]="numbers separated by dots"
+	[RUNFILE_NAME]="a file name"
+	[RUNFILE_URL]="an http(s) URL without query"
+	[RUNFILE_SHA256]="64 hex digits, or nothing"
+	[RUNFILE_MD5]="32 hex digits, or nothing"
+	[CUDNN_FULL]="three or four numbers separated by dots"
+	[CUDNN_MAJOR]="a number"
+	[CUDNN_ARCHIVE_NAME]="a file name"
+	[CUDNN_URL]="an http(s) URL without query"
+	[CUDNN_SHA256]="64 hex digits, or nothing"
+)
+unset _version _specifier _requirement _file_name _url
+
+vars_error() {
+	# vars_error WHERE MESSAGE: the vars file is unusable; one line, exit 2, nothing was done.
+	local text="$1: $2"
+	printf 'error: %s\n' "${text//[![:print:]]/?}" >&2
+	exit 2
+}
+
+WORD=""
+shell_word() {
+	# shell_word TEXT: sets WORD to the value of TEXT, one word as shlex.quote writes it (runs of
+	# [A-Za-z0-9_@%+=:,./-], '...' and "'"), or returns 1. Nothing is expanded.
+	local rest=$1 bare='^[A-Za-z0-9_@%+=:,./-]+' single="^'([^']*)'"
+	WORD=""
+	[[ -n $rest ]] || return 1
+	while [[ -n $rest ]]; do
+		if [[ $rest =~ $bare ]]; then
+			WORD+=${BASH_REMATCH[0]}
+			rest=${rest:${#BASH_REMATCH[0]}}
+		elif [[ $rest =~ $single ]]; then
+			WORD+=${BASH_REMATCH[1]}
+			rest=${rest:${#BASH_REMATCH[0]}}
+		elif [[ $rest == \"\'\"* ]]; then
+			WORD+="'"
+			rest=${rest:3}
+		else
+			return 1
+		fi
+	done
+}
+
+VARS_LOADED=0
+load_vars() {
+	# load_vars FILE: every variable of VAR_PATTERNS, from FILE, each checked; then read-only.
+	local file=$1 line key n=0 value v ok
+	local blank='^[[:space:]]*(#.*)?$' assignment='^([A-Za-z_][A-Za-z0-9_]*)=(.*)$'
+	local LC_ALL=C # the patterns' ranges are ASCII ranges
+	local -A seen=()
+	local -a missing=()
+	for key in "${!VAR_PATTERNS[@]}"; do unset -v "$key"; done # nothing from the environment
+	[[ -f $file && -r $file ]] || vars_error "--vars $file" "no such readable file"
+	while IFS= read -r line || [[ -n $line ]]; do
+		n=$((n + 1))
+		[[ $line =~ $blank ]] && continue
+		[[ $line =~ $assignment ]] ||
+			vars_error "$file:$n" "not a KEY=value line: $line"
+		key=${BASH_REMATCH[1]} # an identifier: safe as a subscript and for printf -v
+		value=${BASH_REMATCH[2]}
+		[[ -n ${VAR_PATTERNS[$key]+set} ]] || vars_error "$file:$n" "unknown variable $key"
+		[[ -z ${seen[$key]:-} ]] || vars_error "$file:$n" "$key is set twice (also on line ${seen[$key]})"
+		seen[$key]=$n
+		if [[ -z $value ]]; then
+			WORD=""
+		elif ! shell_word "$value"; then
+			vars_error "$file:$n" "$key=$value is not one shell word as provision writes it (bare, or in single quotes)"
+		fi
+		[[ $WORD =~ ^(${VAR_PATTERNS[$key]})$ ]] ||
+			vars_error "$file:$n" "$key=$value is malformed: want ${VAR_WANTED[$key]}"
+		printf -v "$key" '%s' "$WORD"
+	done <"$file"
+	for key in "${!VAR_PATTERNS[@]}"; do
+		[[ -n ${seen[$key]:-} ]] || missing+=("$key")
+	done
+	if ((${#missing[@]})); then
+		mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort)
+		v=$(printf ', %s' "${missing[@]}")
+		vars_error "$file" "lacks ${v#, }; re-render it (provision render)"
+	fi
+	# Values that must agree with each other (render writes them from one matrix row).
+	if [[ $VARS_SCHEMA != "$VARS_SCHEMA_READ" ]]; then
+		vars_error "$file" "VARS_SCHEMA is $VARS_SCHEMA, but this $SCRIPT_NAME reads $VARS_SCHEMA_READ; re-render it with this provision"
+	fi
+	[[ $CUDA_VERSION == "$CUDA_MAJOR".* ]] || vars_error "$file" "CUDA_VERSION $CUDA_VERSION is not of CUDA_MAJOR $CUDA_MAJOR"
+	[[ $CUDA_FULL == "$CUDA_VERSION".* ]] || vars_error "$file" "CUDA_FULL $CUDA_FULL is not of CUDA_VERSION $CUDA_VERSION"
+	[[ $CUDNN_FULL == "$CUDNN_MAJOR".* ]] || vars_error "$file" "CUDNN_FULL $CUDNN_FULL is not of CUDNN_MAJOR $CUDNN_MAJOR"
+	[[ $RUNFILE_URL == */"$RUNFILE_NAME" ]] || vars_error "$file" "RUNFILE_URL does not end in /$RUNFILE_NAME"
+	[[ $CUDNN_URL == */"$CUDNN_ARCHIVE_NAME" ]] || vars_error "$file" "CUDNN_URL does not end in /$CUDNN_ARCHIVE_NAME"
+	ok=0
+	for v in $PYTHON_SUPPORTED; do
+		if [[ $v == "$PYTHON_VERSION" ]]; then ok=1; fi
+	done
+	((ok)) || vars_error "$file" "PYTHON_VERSION $PYTHON_VERSION is not among PYTHON_SUPPORTED ($PYTHON_SUPPORTED)"
+	VARS_LOADED=1
+}
+
+usage() {
+	local cuda=X.Y name=NAME python="python<PYTHON_VERSION>" tf="<TF_PIN>"
+	if ((VARS_LOADED)); then
+		cuda=$CUDA_VERSION name=$ENV_NAME python=python$PYTHON_VERSION tf=$TF_PIN
+	fi
+	cat <<EOF
+Usage: $SCRIPT_NAME --vars FILE [options]
+
+Installs one environment of provision's system path: the CUDA toolkit from NVIDIA's runfile (the
+toolkit only: the NVIDIA driver is never installed or touched), cuDNN into the toolkit tree,
+ld.so.conf.d and profile.d entries, and a venv with TensorFlow. Checksums of both downloads are
+verified before anything runs. Every step is skipped when it is already done; run the script again
+to complete an interrupted install.
+
+What to install comes from FILE, the environment's system.env (envs/NAME/system.env, written by
+provision render): KEY=value lines, read as data and never run. A file that lacks a variable or
+holds a malformed value is refused (exit 2) before anything else happens. When requirements.lock
+is next to FILE, the venv is installed from it with --require-hashes; otherwise from the
+requirements FILE names.
+
+Options:
+  --vars FILE           the environment's system.env (required; a file, not its directory)
+  --prefix DIR          install without root under DIR: toolkit in DIR/cuda-$cuda, loader and
+                        shell configuration in DIR/etc/ld.so.conf.d and DIR/etc/profile.d, venv in
+                        DIR/venvs/$name, downloads in DIR/downloads. Default: / (needs root:
+                        /usr/local/cuda-$cuda, /etc, /opt/provision/venvs, /var/cache/provision)
+  --runfile FILE        a local copy of NVIDIA's CUDA runfile, instead of downloading it
+  --cudnn-archive FILE  a local copy of NVIDIA's cuDNN archive, instead of downloading it
+  --download-dir DIR    where downloads go (resumable; partial files end in .part)
+  --venv DIR            where the venv goes
+  --python EXE          the interpreter the venv is made from (default: $python)
+  --skip-venv           install CUDA and cuDNN only
+  --skip-driver-check   do not require an NVIDIA driver (building an image on a machine
+                        without a GPU); the driver is still never installed
+  --allow-unverified    accept a download whose checksum the matrix does not record
+  --dry-run             print what would be done, change nothing
+  -h, --help            this text (with --vars: and what that environment installs)
+
+Environment (for tests): PROVISION_VENV_PACKAGE=NAME==VERSION replaces the package the venv is
+checked for (default tensorflow==$tf); without a lock it is also what gets installed.
+EOF
+	if ((!VARS_LOADED)); then
+		return 0
+	fi
+	cat <<EOF
+
+$ENV_NAME ($VARS_FILE):
+  TensorFlow $TF_PIN for Python $PYTHON_VERSION (supported: ${PYTHON_SUPPORTED[*]}); without a
+  lock the venv gets: ${PIP_REQUIREMENTS[*]}
+  CUDA $CUDA_FULL: $RUNFILE_NAME
+  cuDNN $CUDNN_FULL: $CUDNN_ARCHIVE_NAME
+  The driver must be at least $DRIVER_MIN (CUDA $CUDA_VERSION's own minimum); from
+  $DRIVER_COMPAT_MIN on it runs through CUDA's minor-version compatibility (with a warning).
+EOF
+}
+
 # --- options ---------------------------------------------------------------------------------------
+VARS_FILE=""
 PREFIX=/
 RUNFILE=""
 CUDNN_ARCHIVE=""
@@ -97,6 +233,7 @@ SKIP_VENV=0
 SKIP_DRIVER_CHECK=0
 ALLOW_UNVERIFIED=0
 DRY_RUN=0
+SHOW_HELP=0
 
 value_of() {
 	# $1 is the option, $2 its value
@@ -111,6 +248,10 @@ while (($# > 0)); do
 		set -- "${1%%=*}" "${1#*=}" "${@:2}"
 	fi
 	case $1 in
+	--vars)
+		VARS_FILE=$(value_of "$@")
+		shift 2
+		;;
 	--prefix)
 		PREFIX=$(value_of "$@")
 		shift 2
@@ -152,8 +293,8 @@ while (($# > 0)); do
 		shift
 		;;
 	-h | --help)
-		usage
-		exit 0
+		SHOW_HELP=1
+		shift
 		;;
 	*) usage_error "unknown option: $1" ;;
 	esac
@@ -165,6 +306,31 @@ absolute() {
 	*) printf '%s/%s' "$PWD" "$1" ;;
 	esac
 }
+
+if [[ -z $VARS_FILE ]]; then
+	if ((SHOW_HELP)); then
+		usage
+		exit 0
+	fi
+	usage_error "--vars FILE is required: the environment's system.env (envs/NAME/system.env)"
+fi
+if [[ -d $VARS_FILE ]]; then
+	usage_error "--vars wants the environment's variables file, not a directory: --vars ${VARS_FILE%/}/system.env"
+fi
+VARS_FILE=$(absolute "$VARS_FILE")
+readonly VARS_FILE
+load_vars "$VARS_FILE"
+read -r -a PYTHON_SUPPORTED <<<"$PYTHON_SUPPORTED"
+read -r -a PIP_REQUIREMENTS <<<"$PIP_REQUIREMENTS"
+readonly VARS_SCHEMA ENV_NAME TF_PIN PYTHON_VERSION PYTHON_SUPPORTED PIP_REQUIREMENTS CUDA_VERSION \
+	CUDA_FULL CUDA_MAJOR DRIVER_MIN DRIVER_COMPAT_MIN RUNFILE_NAME RUNFILE_URL RUNFILE_SHA256 RUNFILE_MD5 \
+	CUDNN_FULL CUDNN_MAJOR CUDNN_ARCHIVE_NAME CUDNN_URL CUDNN_SHA256
+if ((SHOW_HELP)); then
+	usage
+	exit 0
+fi
+# The lock belongs to the environment: it is next to its vars file.
+readonly LOCK_FILE="${VARS_FILE%/*}/requirements.lock"
 
 PREFIX=$(absolute "$PREFIX")
 while [[ $PREFIX == */ && $PREFIX != / ]]; do PREFIX=${PREFIX%/}; done
@@ -971,4 +1137,3 @@ elif ((CHANGED)); then
 else
 	say "nothing to do: $ENV_NAME is installed and up to date"
 fi
-{% endraw %}

@@ -1,0 +1,244 @@
+"""What users do with built environments: list, show, remove, run a command, a Jupyter kernel,
+an export for another machine. Data in, data out; the CLI presents it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision import _proc, environment, registry
+from provision.environment import Found
+from provision.errors import InstallError, ProvisionError, UsageError
+
+KERNEL_PREFIX = "provision-"
+
+
+@dataclass(frozen=True)
+class Listed:
+    name: str
+    record: registry.Record | None
+    problem: str = ""  # why the record cannot be read, or what is wrong with the environment
+
+    @property
+    def state(self) -> str:
+        if self.problem:
+            return "broken"
+        assert self.record is not None
+        if not Path(self.record.interpreter).exists():
+            return "missing"
+        return "built"
+
+
+def listing() -> list[Listed]:
+    out = []
+    for name, rec in registry.records():
+        if isinstance(rec, str):
+            out.append(Listed(name, None, rec))
+        else:
+            out.append(Listed(name, rec))
+    return out
+
+
+def require_built(found: Found) -> registry.Record:
+    record = found.record
+    if record is None:
+        raise UsageError(
+            f"{found.env.name} is not built on this machine (provision list shows what is); "
+            f"build it with provision install {found.env.name}"
+        )
+    if not Path(record.interpreter).exists():
+        raise InstallError(
+            f"{found.env.name}: its prefix {record.prefix} is gone; rebuild it with "
+            f"provision install {found.env.name}, or forget it with "
+            f"provision remove {found.env.name}"
+        )
+    return record
+
+
+# -- remove ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Removed:
+    name: str
+    prefix: str
+    deleted_prefix: bool
+    kept_because: str
+    kernel: str | None
+
+
+def remove(name: str, *, keep_prefix: bool = False) -> Removed:
+    """Forget NAME and delete its prefix, only when provision built it (its marker says so)."""
+    from provision import install
+
+    environment.check_name(name)
+    record = registry.get(name)
+    if record is None:
+        raise UsageError(f"{name} is not registered on this machine (provision list shows what is)")
+    prefix = Path(record.prefix)
+    why = ""
+    deleted = False
+    if keep_prefix:
+        why = "--keep-prefix"
+    elif not record.owned:
+        why = "its system install script made it; remove it by hand"
+    elif not prefix.exists():
+        why = "it was already gone"
+    elif install.read_marker(prefix) is None:
+        why = "it has no provision build marker: not provision's"
+    else:
+        try:
+            shutil.rmtree(prefix)
+        except OSError as exc:
+            raise InstallError(f"cannot remove {prefix}: {exc.strerror}") from exc
+        deleted = True
+    kernel = _remove_kernel(name)
+    registry.forget(name)
+    return Removed(name, str(prefix), deleted, why, kernel)
+
+
+# -- run ---------------------------------------------------------------------------------------
+
+
+def run_argv(found: Found, command: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """What `provision run NAME -- CMD` executes: CMD, with the environment's activation."""
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("give the command to run after --, e.g. provision run NAME -- python x.py")
+    record = require_built(found)
+    env = {**os.environ, **environment.activation_env(Path(record.prefix), record.path)}
+    exe = shutil.which(command[0], path=env.get("PATH"))
+    if exe is None:
+        raise UsageError(f"{command[0]}: no such command in {found.env.name} or on PATH")
+    return [exe, *command[1:]], env
+
+
+# -- Jupyter -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    display_name: str
+    location: str
+    argv: list[str]
+
+
+def kernel_spec(found: Found, display_name: str | None = None) -> dict[str, object]:
+    record = require_built(found)
+    return {
+        "argv": [record.interpreter, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": display_name or f"TensorFlow {record.tf} ({found.env.name})",
+        "language": "python",
+        # Nothing else is needed: the interpreter finds its CUDA libraries by itself.
+        "env": {"PROVISION_ENV": found.env.name},
+        "metadata": {"provision": {"name": found.env.name, "prefix": record.prefix}},
+    }
+
+
+def install_kernel(
+    found: Found, *, display_name: str | None = None, user: bool = True, prefix: Path | None = None
+) -> Kernel:
+    """Register a kernelspec through jupyter_client's KernelSpecManager."""
+    import tempfile
+
+    record = require_built(found)
+    done = _proc.run([record.interpreter, "-c", "import ipykernel"], timeout=120, check=False)
+    if not done:
+        raise InstallError(
+            f"{found.env.name} has no ipykernel: render it with --jupyter, then lock and install "
+            f"(provision create --tf {found.env.request.tf} --path {found.env.path} --jupyter)"
+        )
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = kernel_spec(found, display_name)
+    kernel_name = KERNEL_PREFIX + found.env.name.lower()
+    with tempfile.TemporaryDirectory(prefix="provision-kernel-") as tmp:
+        (Path(tmp) / "kernel.json").write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+        try:
+            where = KernelSpecManager().install_kernel_spec(
+                tmp,
+                kernel_name,
+                user=user and prefix is None,
+                prefix=str(prefix) if prefix else None,
+            )
+        except OSError as exc:
+            raise InstallError(f"cannot install the kernel {kernel_name}: {exc}") from exc
+    return Kernel(kernel_name, str(spec["display_name"]), where, list(spec["argv"]))  # type: ignore[call-overload]
+
+
+def _remove_kernel(name: str) -> str | None:
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    except ImportError:
+        return None
+    kernel_name = KERNEL_PREFIX + name.lower()
+    manager = KernelSpecManager()
+    try:
+        manager.get_kernel_spec(kernel_name)
+    except NoSuchKernel:
+        return None
+    try:
+        manager.remove_kernel_spec(kernel_name)
+    except (OSError, NoSuchKernel):
+        return None
+    return kernel_name
+
+
+# -- export ------------------------------------------------------------------------------------
+
+
+def export(found: Found, dest: Path) -> list[str]:
+    """A self-contained copy for another machine: the reviewed files, the lock, a README, the
+    smoke test as one zipapp, and the system script where the path needs it. Written next to
+    DEST and renamed into place; an existing DEST is never overwritten."""
+    import tempfile
+
+    from provision import matrix, payload_app, render
+
+    env = found.env
+    env.check_reviewed()
+    dest = Path(dest)
+    if dest.exists():
+        raise UsageError(f"{dest} exists; export into a new directory")
+    parent = dest.absolute().parent
+    if not parent.is_dir():
+        raise UsageError(f"{parent} is not a directory")
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.export-", dir=parent))
+    except OSError as exc:
+        raise ProvisionError(f"cannot write into {parent}: {exc.strerror}") from exc
+    try:
+        files = [*env.manifest.files, environment.MANIFEST]
+        if env.lock.is_file():
+            files.append(env.lock.name)
+        for rel in files:
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(env.root / rel, tmp / rel)
+        for rel, text in render.render_export(env.spec, matrix.load()).items():
+            (tmp / rel).write_text(text, encoding="utf-8")
+            files.append(rel)
+        payload_app.write_zipapp(tmp / "smoke-test.pyz")
+        files.append("smoke-test.pyz")
+        hooks = tmp / "hooks"
+        hooks.mkdir(exist_ok=True)
+        for script in ("activate.sh", "deactivate.sh", "provision_env_hook.py"):
+            shutil.copyfile(environment.HOOKS_DIR / script, hooks / script)
+            files.append(f"hooks/{script}")
+        if env.path == "system":
+            from provision import install
+
+            shutil.copyfile(install.system_script(), tmp / "install-system.sh")
+            (tmp / "install-system.sh").chmod(0o755)
+            files.append("install-system.sh")
+        os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sorted(files)

@@ -1,0 +1,452 @@
+"""An environment: its directory envs/<name>/ and what provision builds from it.
+
+The one owner of the environment directory (its files, its manifest provision.json, its spec), of
+where a built environment lives by default, of its interpreter and of its activation. Every other
+module asks here. Names come from the directory an environment was found in, never from the
+manifest: a copied directory is refused until it is rendered under its new name.
+
+Resolution of a NAME typed by a user: with an explicit --out, only OUT/NAME; otherwise the registry
+of built environments first (so any directory works), then ./envs/NAME.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from provision import _proc, registry
+from provision.errors import InstallError, ProvisionError, StaleError, UsageError
+from provision.spec import NAME_RE, PATHS, EnvSpec, GpuPolicy, PathKind, resolve
+
+MANIFEST = "provision.json"
+SCHEMA = 2
+LOCK_FILES: dict[str, str] = {
+    "conda": "conda-lock.yml",
+    "pip": "requirements.lock",
+    "system": "requirements.lock",
+}
+INPUT_FILES: dict[str, tuple[str, ...]] = {
+    "conda": ("environment.yml", "virtual-packages.yml"),
+    "pip": ("requirements.in",),
+    "system": ("requirements.in", "system.env"),
+}
+RUNTIME = "hooks/runtime.env"
+DEFAULT_OUT = Path("envs")
+# What `provision install` puts into a prefix, from the package (never from envs/).
+HOOKS_DIR = Path(__file__).with_name("hooks")
+HOOK_MODULE = "provision_env_hook"
+INSTALLED_RUNTIME = Path("etc/provision/runtime.env")
+# Where templates/system's install script puts its venv when run without --prefix (as root).
+SYSTEM_VENVS = Path("/opt/provision/venvs")
+
+
+class ManifestError(ProvisionError):
+    """provision.json is missing, unreadable, or not what its directory says."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What `provision render` was asked for: everything the spec is resolved from."""
+
+    tf: str
+    path: PathKind
+    python: str
+    gpu_memory: str | None = None
+    gpus: str | None = None
+    jupyter: bool = False
+
+    @property
+    def gpu(self) -> GpuPolicy:
+        return GpuPolicy(self.gpu_memory, self.gpus)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "tf": self.tf,
+            "path": self.path,
+            "python": self.python,
+            "gpu_memory": self.gpu_memory,
+            "gpus": self.gpus,
+            "jupyter": self.jupyter,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> Request:
+        if not isinstance(data, dict):
+            raise ValueError("no request")
+        path = data.get("path")
+        if path not in PATHS:
+            raise ValueError(f"unknown path {path!r}")
+        for key in ("tf", "python"):
+            if not isinstance(data.get(key), str):
+                raise ValueError(f"request.{key} is not a string")
+        for key in ("gpu_memory", "gpus"):
+            if data.get(key) is not None and not isinstance(data.get(key), str):
+                raise ValueError(f"request.{key} is not a string")
+        return cls(
+            tf=str(data["tf"]),
+            path=path,
+            python=str(data["python"]),
+            gpu_memory=data.get("gpu_memory"),
+            gpus=data.get("gpus"),
+            jupyter=bool(data.get("jupyter", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """provision.json: the request and the sha256 of every rendered file (hand edits show)."""
+
+    request: Request
+    files: Mapping[str, str] = field(default_factory=dict)
+    name: str | None = None  # schema 1 recorded a name; schema 2 takes it from the directory
+
+    def dumps(self) -> str:
+        """Small and stable: one line for the request, one per file."""
+        files = ",\n".join(
+            f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(self.files.items())
+        )
+        request = json.dumps(self.request.to_json(), sort_keys=True)
+        return (
+            "{\n"
+            f'  "schema": {SCHEMA},\n'
+            f'  "request": {request},\n'
+            f'  "files": {{\n{files}\n  }}\n'
+            "}\n"
+        )
+
+    @classmethod
+    def loads(cls, text: str) -> Manifest:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        schema = data.get("schema")
+        if schema not in (1, SCHEMA):
+            raise ValueError(f"schema {schema!r} (this provision reads 1 and {SCHEMA})")
+        request = data.get("request")
+        files = data.get("files") or {}
+        if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items()
+        ):
+            raise ValueError("files is not a map of path to sha256")
+        name = request.get("name") if isinstance(request, dict) else None
+        return cls(Request.from_json(request), dict(files), name if isinstance(name, str) else None)
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class EnvDir:
+    """envs/<name>/ as it is on disk: its manifest, and the spec that manifest resolves to."""
+
+    root: Path
+    manifest: Manifest
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def request(self) -> Request:
+        return self.manifest.request
+
+    @property
+    def path(self) -> PathKind:
+        return self.manifest.request.path
+
+    @property
+    def python(self) -> str:
+        return self.manifest.request.python
+
+    @cached_property
+    def spec(self) -> EnvSpec:
+        from provision import matrix
+
+        r = self.request
+        return resolve(matrix.load(), r.tf, r.path, r.python, self.name, r.gpu, jupyter=r.jupyter)
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK_FILES[self.path]
+
+    @property
+    def inputs(self) -> tuple[Path, ...]:
+        return tuple(self.root / rel for rel in INPUT_FILES[self.path])
+
+    def edited(self) -> list[str]:
+        """Rendered files that are missing or no longer what provision rendered (hand edits)."""
+        changed = []
+        for rel, sha in sorted(self.manifest.files.items()):
+            try:
+                data = (self.root / rel).read_bytes()
+            except OSError:
+                changed.append(f"{rel} (missing)")
+                continue
+            if _sha256(data) != sha:
+                changed.append(rel)
+        return changed
+
+    def check_reviewed(self) -> None:
+        """StaleError when a rendered file was edited by hand: what runs is what was reviewed."""
+        changed = self.edited()
+        if changed:
+            raise StaleError(
+                f"{self.root}: {', '.join(changed)} changed since provision rendered it; re-render "
+                f"(provision render {self.request_argv()}) or pass --force to use it as it is"
+            )
+
+    def request_argv(self) -> str:
+        import shlex
+
+        r = self.request
+        argv = ["--tf", r.tf, "--path", r.path, "--python", r.python, "--name", self.name]
+        if r.gpu_memory:
+            argv += ["--gpu-memory", r.gpu_memory]
+        if r.gpus:
+            argv += ["--gpus", r.gpus]
+        if r.jupyter:
+            argv.append("--jupyter")
+        if self.root.parent != DEFAULT_OUT:
+            argv += ["--out", str(self.root.parent)]
+        return shlex.join(argv)
+
+    def default_prefix(self) -> Path:
+        return default_prefix(self.name, self.path)
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise UsageError(
+            f"environment name {name!r} is not usable: use letters, digits, '.', '_' and '-' "
+            "(at most 64, starting with a letter or digit)"
+        )
+    return name
+
+
+def load(root: Path) -> EnvDir:
+    """envs/<name>/ with its manifest read and checked against the directory's name."""
+    root = Path(root)
+    manifest = root / MANIFEST
+    try:
+        text = manifest.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        raise ManifestError(
+            f"{root} has no {MANIFEST}: render it first "
+            f"(provision render --tf X.Y --name {root.name})"
+        ) from None
+    except OSError as exc:
+        raise ManifestError(f"cannot read {manifest}: {exc.strerror}") from exc
+    try:
+        parsed = Manifest.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise ManifestError(
+            f"{manifest} is not a provision manifest ({exc}); re-render it"
+        ) from exc
+    if parsed.name is not None and parsed.name != root.name:
+        raise ManifestError(
+            f"{manifest} was rendered for {parsed.name!r}, not {root.name!r} "
+            "(a copied directory?); "
+            f"render it under this name: provision render --tf {parsed.request.tf} "
+            f"--path {parsed.request.path} --name {root.name}"
+        )
+    return EnvDir(root, parsed)
+
+
+@dataclass(frozen=True)
+class Found:
+    """An environment a user named: its directory, and its registry record when it was built."""
+
+    env: EnvDir
+    record: registry.Record | None
+
+    @property
+    def prefix(self) -> Path:
+        if self.record is not None:
+            return Path(self.record.prefix)
+        return self.env.default_prefix()
+
+
+def find(name: str, out: Path | None = None) -> Found:
+    """NAME as a user means it: OUT/NAME when --out is given, else the registry, else envs/NAME."""
+    check_name(name)
+    record = registry.get(name)
+    if out is None and record is not None and (Path(record.env_dir) / MANIFEST).is_file():
+        return Found(load(Path(record.env_dir)), record)
+    folder = (out if out is not None else DEFAULT_OUT) / name
+    if not (folder / MANIFEST).is_file():
+        where = f"{out}" if out is not None else f"the registry (provision list) or {DEFAULT_OUT}/"
+        raise UsageError(
+            f"no environment {name!r} in {where}; render it (provision render --tf X.Y "
+            f"--name {name}) or pass --out DIR"
+        )
+    env = load(folder)
+    same = record is not None and Path(record.env_dir) == env.root.absolute()
+    return Found(env, record if same else None)
+
+
+# -- what an environment sets up (hooks/runtime.env) ------------------------------------------
+
+
+def runtime_values(spec: EnvSpec) -> dict[str, str]:
+    """The variables of hooks/runtime.env: where the CUDA libraries and ptxas are, the GPU policy.
+
+    Folders are relative to the prefix; `DIR/*/lib` means every lib folder one level below DIR.
+    The system path's toolkit lives outside the prefix: its install records PROVISION_CUDA_HOME.
+    """
+    site = f"lib/python{spec.python}/site-packages"
+    libs: list[str] = []
+    if spec.path == "conda":
+        libs.append("lib")
+    if spec.nvidia_wheels:
+        libs.append(f"{site}/nvidia/*/lib")
+    xla = ""
+    if spec.path == "conda" and spec.cuda.major >= 12:
+        xla = "."  # cuda-nvcc: ptxas in bin/, libdevice in nvvm/libdevice/
+    elif spec.path != "system" and spec.ptxas_source:
+        xla = f"{site}/nvidia/cuda_nvcc"
+    values = {
+        "PROVISION_ENV": spec.name,
+        "PROVISION_LIBRARY_DIRS": ":".join(libs),
+        "PROVISION_XLA_DIR": xla,
+    }
+    if spec.gpu.devices:
+        values["PROVISION_GPUS"] = spec.gpu.devices
+    if spec.gpu.memory:
+        values["PROVISION_GPU_MEMORY"] = spec.gpu.memory
+    return values
+
+
+def parse_runtime(text: str) -> dict[str, str]:
+    """KEY='value' lines (as render writes them and the hooks source them); nothing else."""
+    import re
+    import shlex
+
+    values: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        m = re.fullmatch(r"(PROVISION_[A-Z_]+)=('[^']*')", line.strip())
+        if not m:
+            raise ValueError(f"line {number} is not PROVISION_NAME='value'")
+        values[m.group(1)] = shlex.split(m.group(2))[0] if m.group(2) != "''" else ""
+    return values
+
+
+# -- a built environment ----------------------------------------------------------------------
+
+
+def default_prefix(name: str, path: str) -> Path:
+    """Always inside PROVISION_HOME, except the system path's venv, which its script places."""
+    if path == "system":
+        return SYSTEM_VENVS / name
+    return registry.home() / "envs" / name
+
+
+def interpreter(prefix: Path) -> Path:
+    return Path(prefix) / "bin" / "python"
+
+
+def site_packages(prefix: Path, python: str) -> Path:
+    return Path(prefix) / "lib" / f"python{python}" / "site-packages"
+
+
+_VENV_BLOCK_BEGIN = "# >>> provision hooks >>>"
+_VENV_BLOCK_END = "# <<< provision hooks <<<"
+
+
+def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = None) -> None:
+    """Put the environment's set-up into a built prefix, from the package and runtime.env.
+
+    - etc/provision/runtime.env: the reviewed variables (plus `extra`, e.g. the toolkit's home);
+    - etc/provision/{activate,deactivate}.sh, and conda's activate.d/deactivate.d or the venv's
+      bin/activate calling them: activation as before;
+    - site-packages/provision_env_hook.{py,pth}: the interpreter finds its CUDA libraries and
+      applies the GPU policy when TensorFlow is imported, with no activation at all.
+    """
+    prefix = Path(prefix)
+    values = parse_runtime((env.root / RUNTIME).read_text(encoding="utf-8"))
+    values.update(extra or {})
+    etc = prefix / "etc" / "provision"
+    etc.mkdir(parents=True, exist_ok=True)
+    import shlex
+
+    lines = [f"# Installed by provision from {env.name}/{RUNTIME}."]
+    lines += [f"{k}={shlex.quote(v) if v else chr(39) * 2}" for k, v in sorted(values.items())]
+    _write(prefix / INSTALLED_RUNTIME, "\n".join(lines) + "\n")
+    for script in ("activate.sh", "deactivate.sh"):
+        shutil.copyfile(HOOKS_DIR / script, etc / script)
+    site = site_packages(prefix, env.python)
+    site.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(HOOKS_DIR / f"{HOOK_MODULE}.py", site / f"{HOOK_MODULE}.py")
+    _write(site / f"{HOOK_MODULE}.pth", f"import {HOOK_MODULE}\n")
+    if env.path == "conda":
+        for sub, script in (
+            ("activate.d", "conda-activate.sh"),
+            ("deactivate.d", "conda-deactivate.sh"),
+        ):
+            target = prefix / "etc" / "conda" / sub
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(HOOKS_DIR / script, target / "provision.sh")
+    elif (prefix / "bin" / "activate").is_file():
+        _hook_venv_activate(prefix / "bin" / "activate")
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _hook_venv_activate(activate: Path) -> None:
+    block = (HOOKS_DIR / "venv-activate-block.sh").read_text(encoding="utf-8")
+    text = activate.read_text(encoding="utf-8")
+    if _VENV_BLOCK_BEGIN in text:
+        text = text[: text.index(_VENV_BLOCK_BEGIN)]
+    _write(activate, text.rstrip("\n") + "\n" + block)
+
+
+# Variables a shell sets for itself; they are not part of what activation changes.
+_SHELL_OWN = frozenset({"_", "SHLVL", "PWD", "OLDPWD"})
+
+
+def activation_env(prefix: Path, path: str) -> dict[str, str]:
+    """The variables that activating the prefix sets, for running its programs without a shell.
+
+    The installed hooks are the source of truth: they are sourced in bash exactly as activation
+    would, and every variable they change is returned.
+    """
+    prefix = Path(prefix).absolute()
+    base = {
+        "PATH": os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")]),
+        **(
+            {"CONDA_PREFIX": str(prefix), "CONDA_DEFAULT_ENV": str(prefix)}
+            if path == "conda"
+            else {"VIRTUAL_ENV": str(prefix)}
+        ),
+    }
+    hook = prefix / "etc" / "provision" / "activate.sh"
+    if not hook.is_file():
+        return base
+    before = {**os.environ, **base}
+    program = '_provision_root="$1"; . "$2" 1>&2 || exit 3; env -0'
+    done = _proc.run(
+        ["bash", "-c", program, "provision-activate", str(prefix), str(hook)],
+        env=base,
+        timeout=60,
+        check=False,
+    )
+    if not done:
+        raise InstallError(
+            f"activation hook {hook} failed (exit {done.returncode}): {done.last_line()}"
+        )
+    after = dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
+    changed = {k: v for k, v in after.items() if k not in _SHELL_OWN and before.get(k) != v}
+    return {**base, **changed}

@@ -1,0 +1,121 @@
+"""The payload as one zipapp: how provision ships provision/payload into an environment.
+
+The environment's interpreter runs `python -I <zipapp> smoke|bench ARGS...`; nothing is copied into
+the environment. The zipapp is built from provision/payload's sources, deterministically (sorted
+members, fixed timestamps and modes, stored uncompressed), so the same sources give the same bytes
+on every machine; it is cached under the temporary folder by the hash of its bytes, written
+atomically and checked before each use, so concurrent runs (and other users) cannot break it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from io import BytesIO
+from pathlib import Path
+from typing import Literal
+
+Program = Literal["smoke", "bench"]
+
+SOURCE = Path(__file__).with_name("payload")
+PACKAGE = "provision_payload"  # the payload's name inside the zipapp (no `provision` there)
+SHEBANG = b"#!/usr/bin/env python3\n"
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip member can carry
+_BOOT = (
+    '"""provision\'s payload; run it as: python -I THIS.pyz smoke|bench [ARGS...]"""\n'
+    "import sys\n\n"
+    f"from {PACKAGE}.__main__ import main\n\n"
+    "sys.exit(main())\n"
+)
+
+
+def _members() -> list[tuple[str, bytes]]:
+    """(name in the zipapp, bytes) of every member, sorted: the package's modules and the boot."""
+    members = [("__main__.py", _BOOT.encode())]
+    members += [
+        (f"{PACKAGE}/{path.name}", path.read_bytes())
+        for path in sorted(SOURCE.glob("*.py"))
+        if path.is_file()
+    ]
+    return sorted(members)
+
+
+def _digest(members: Sequence[tuple[str, bytes]]) -> str:
+    h = hashlib.sha256()
+    for name, data in members:
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def digest() -> str:
+    """sha256 of the payload's sources (each member's name and bytes): what a verify cache keys."""
+    return _digest(_members())
+
+
+def _zip_bytes(members: Sequence[tuple[str, bytes]]) -> bytes:
+    buffer = BytesIO()
+    buffer.write(SHEBANG)  # as zipapp.create_archive does: the archive follows the shebang line
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, data in members:
+            info = zipfile.ZipInfo(name, date_time=_EPOCH)
+            info.create_system = 3  # Unix, so the mode below is read back
+            info.external_attr = (stat.S_IFREG | 0o644) << 16
+            zf.writestr(info, data)
+    return buffer.getvalue()
+
+
+def _write_atomic(dest: Path, data: bytes, mode: int) -> None:
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_zipapp(dest: Path) -> Path:
+    """Write the payload's zipapp to `dest` (atomically, executable), e.g. smoke-test.pyz next to
+    an exported environment, where `python -I smoke-test.pyz smoke --json` needs no provision."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    umask = os.umask(0)
+    os.umask(umask)
+    _write_atomic(dest, _zip_bytes(_members()), 0o755 & ~umask)
+    return dest
+
+
+def _is_current(path: Path, data: bytes) -> bool:
+    """The file holds exactly `data`, and only this user can change it."""
+    try:
+        st = path.lstat()
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return False
+        return path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def zipapp() -> Path:
+    """The zipapp of the current sources in the cache, built first when missing or not as it
+    must be (another writer's file is never trusted: each user has their own name)."""
+    members = _members()
+    data = _zip_bytes(members)
+    name = f"provision-payload-{os.getuid()}-{_digest(members)[:16]}.pyz"
+    path = Path(tempfile.gettempdir()) / name
+    if not _is_current(path, data):
+        _write_atomic(path, data, 0o644)
+    return path
+
+
+def payload_argv(python: Path, program: Program, args: Sequence[str]) -> list[str]:
+    """`python -I <zipapp> PROGRAM ARGS...`: -I so that neither the working directory nor
+    PYTHONPATH nor the user's site-packages can shadow the payload or what it tests."""
+    return [str(python), "-I", str(zipapp()), program, *args]

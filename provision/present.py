@@ -1,0 +1,101 @@
+"""How built environments are shown: the list, one environment in full, and JSON for machines."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from provision import environment
+from provision.built import Listed
+from provision.registry import Record
+
+
+def grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
+    lines = [header, ["-" * w for w in widths], *rows]
+    return "\n".join(
+        "  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=False)).rstrip()
+        for line in lines
+    )
+
+
+def _device(rec: Record) -> str:
+    last = rec.last_verify
+    if last is None:
+        return "?"
+    return f"{last.gpus} GPU" if last.gpus else "CPU"
+
+
+def _verified(rec: Record) -> str:
+    last = rec.last_verify
+    if last is None:
+        return "never verified"
+    return f"{'PASS' if last.ok else 'FAIL'} {last.when}"
+
+
+def listing(items: Sequence[Listed]) -> str:
+    if not items:
+        return "no environments built yet (provision create --tf X.Y builds one)"
+    rows = []
+    for item in items:
+        rec = item.record
+        if rec is None:
+            rows.append([item.name, "?", "?", "?", "?", f"unreadable: {item.problem}"])
+            continue
+        state = "" if item.state == "built" else f" ({item.state})"
+        rows.append([item.name, rec.tf, rec.path, rec.prefix + state, _device(rec), _verified(rec)])
+    return grid(("name", "TensorFlow", "path", "prefix", "device", "last verify"), rows)
+
+
+def listing_json(items: Sequence[Listed]) -> list[dict[str, object]]:
+    return [
+        {"name": i.name, "state": i.state, "problem": i.problem or None}
+        | (i.record.to_json() if i.record else {})
+        for i in items
+    ]
+
+
+def _row(label: str, value: str) -> str:
+    return f"  {label:<12} {value}"
+
+
+def show(env: environment.EnvDir, rec: Record | None) -> str:
+    s = env.spec
+    lines = [
+        f"{env.name}: TensorFlow {s.release.pin}, {s.path} path, Python {s.python}",
+        f"  CUDA {s.cuda.version}, cuDNN {s.cudnn.version}; driver >= {s.cuda.driver_min}; "
+        f"GPU compute capability >= {s.release.compute_min}",
+        _row("directory", str(env.root)),
+        _row("lock", env.lock.name if env.lock.is_file() else "none yet (provision lock)"),
+    ]
+    edited = env.edited()
+    if edited:
+        lines.append(_row("edited", f"{', '.join(edited)} (since provision rendered them)"))
+    runtime = environment.runtime_values(s)
+    for key in ("PROVISION_LIBRARY_DIRS", "PROVISION_XLA_DIR", "PROVISION_GPUS"):
+        if runtime.get(key):
+            lines.append(
+                _row(key.removeprefix("PROVISION_").lower().replace("_", " "), runtime[key])
+            )
+    if s.gpu.memory:
+        unit = " MiB per GPU" if s.gpu.memory.isdigit() else ""
+        lines.append(_row("gpu memory", s.gpu.memory + unit))
+    if rec is None:
+        lines.append(_row("built", f"no (provision install {env.name})"))
+        return "\n".join(lines)
+    exists = Path(rec.interpreter).exists()
+    verified = _verified(rec)
+    if rec.last_verify:
+        verified += f", {_device(rec)}: {rec.last_verify.summary}"
+    enter = (
+        f". {rec.prefix}/bin/activate" if rec.path != "conda" else f"conda activate {rec.prefix}"
+    )
+    lines += [
+        _row("prefix", rec.prefix + ("" if exists else " (missing)")),
+        _row("python", rec.interpreter),
+        _row("installer", rec.installer),
+        _row("verify", verified),
+        _row("activate", enter),
+        _row("run", f"provision run {env.name} -- python train.py"),
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""The environments provision built on this machine, under PROVISION_HOME.
+
+One small JSON record per environment (`PROVISION_HOME/registry/<name>.json`): where its directory
+and prefix are, what it was built from, and the last verify. Records are written atomically and read
+leniently: a record that cannot be read is reported, never fatal to listing the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from provision.errors import ProvisionError
+
+RECORD_SCHEMA = 1
+
+
+class RegistryError(ProvisionError):
+    """PROVISION_HOME cannot be used (a file, read-only, unreadable)."""
+
+
+def home() -> Path:
+    """The directory provision owns for built environments (PROVISION_HOME relocates it)."""
+    explicit = os.environ.get("PROVISION_HOME")
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("provision", appauthor=False))
+
+
+def _folder() -> Path:
+    return home() / "registry"
+
+
+@dataclass(frozen=True)
+class LastVerify:
+    ok: bool
+    gpus: int  # GPUs the smoke test saw; 0 means the environment ran on the CPU only
+    summary: str  # one line: "PASS" or the failed checks, and why no GPU was used
+    at: float  # seconds since the epoch
+
+    @property
+    def when(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.at))
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    env_dir: str  # absolute path of envs/<name>/ it was built from
+    path: str  # conda | pip | system
+    tf: str  # the TensorFlow pin
+    python: str  # X.Y
+    prefix: str  # absolute
+    interpreter: str  # absolute
+    installer: str  # uv | pip | conda-lock | install.sh
+    lock_sha256: str
+    built_at: float
+    owned: bool = True  # provision created the prefix (remove may delete it)
+    last_verify: LastVerify | None = None
+    schema: int = field(default=RECORD_SCHEMA)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> Record:
+        if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+            raise ValueError("not a provision registry record")
+        last = data.get("last_verify")
+        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        values["last_verify"] = LastVerify(**last) if isinstance(last, dict) else None
+        record = cls(**values)
+        for name in ("name", "env_dir", "path", "tf", "python", "prefix", "interpreter"):
+            if not isinstance(getattr(record, name), str):
+                raise ValueError(f"{name} is not a string")
+        return record
+
+
+def _path(name: str) -> Path:
+    return _folder() / f"{name}.json"
+
+
+def get(name: str) -> Record | None:
+    try:
+        text = _path(name).read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise RegistryError(f"cannot read {_path(name)}: {exc.strerror}") from exc
+    try:
+        return Record.from_json(json.loads(text))
+    except (ValueError, TypeError) as exc:
+        raise RegistryError(
+            f"{_path(name)} is not a provision registry record ({exc}); remove it"
+        ) from exc
+
+
+def records() -> Iterator[tuple[str, Record | str]]:
+    """(name, record) for every registered environment, or (name, why it cannot be read)."""
+    folder = _folder()
+    try:
+        files = sorted(folder.glob("*.json"))
+    except OSError:
+        return
+    for f in files:
+        try:
+            rec = get(f.stem)
+        except RegistryError as exc:
+            yield f.stem, str(exc)
+            continue
+        if rec is not None:
+            yield f.stem, rec
+
+
+def _usable_home() -> Path:
+    base = home()
+    for parent in (base, *base.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise RegistryError(f"PROVISION_HOME {base}: {parent} is a file, not a directory")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise RegistryError(f"PROVISION_HOME {base}: {parent} is not writable")
+            break
+    return base
+
+
+def put(record: Record) -> None:
+    """Write a record atomically (a reader sees the old one or the new one, never half)."""
+    _usable_home()
+    folder = _folder()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{record.name}.", suffix=".tmp", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record.to_json(), fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, _path(record.name))
+    except OSError as exc:
+        raise RegistryError(f"cannot write the registry in {folder}: {exc.strerror}") from exc
+
+
+def set_verify(name: str, last: LastVerify) -> None:
+    rec = get(name)
+    if rec is not None:
+        put(replace(rec, last_verify=last))
+
+
+def forget(name: str) -> bool:
+    try:
+        _path(name).unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise RegistryError(f"cannot remove {_path(name)}: {exc.strerror}") from exc
+    return True

@@ -1,0 +1,133 @@
+"""Finding the programs provision drives: a Python X.Y, uv, and a conda-compatible solver.
+
+One place, one behaviour: install, lock, create and the bundle ask here, never PATH directly.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from functools import cache
+from pathlib import Path
+
+from provision import _proc
+from provision.errors import InstallError, ProvisionError, ToolMissing, UsageError
+
+SOLVERS = ("auto", "conda", "mamba", "micromamba", "builtin")
+
+
+# -- Python X.Y --------------------------------------------------------------------------------
+
+
+def python_version_of(exe: str | Path) -> str | None:
+    """The X.Y of an interpreter, or None when it is not a Python that runs here."""
+    try:
+        done = _proc.run(
+            [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            timeout=30,
+            check=False,
+        )
+    except (ProvisionError, OSError):
+        return None
+    out = done.stdout.strip()
+    return out if done and re.fullmatch(r"\d+\.\d+", out) else None
+
+
+def pyenv_root() -> Path:
+    return Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+
+
+def python_candidates(version: str) -> list[str]:
+    """Where Python X.Y may be: `pythonX.Y` on PATH, then pyenv's versions (newest patch first)."""
+    found: list[str] = []
+    on_path = _proc.which(f"python{version}")
+    # A pyenv shim is a dispatcher that fails for every version not selected as global; the
+    # real interpreters behind it are listed next, straight from pyenv's versions directory.
+    if on_path and Path(on_path).parent.name != "shims":
+        found.append(on_path)
+    versions = pyenv_root() / "versions"
+    if versions.is_dir():
+        pattern = re.compile(rf"^{re.escape(version)}\.(\d+)$")
+        patches = sorted(
+            (int(m.group(1)), d) for d in versions.iterdir() if (m := pattern.match(d.name))
+        )
+        found.extend(
+            str(d / "bin" / f"python{version}")
+            for _, d in reversed(patches)
+            if (d / "bin" / f"python{version}").is_file()
+        )
+    return found
+
+
+@cache
+def find_python(version: str) -> Path:
+    """An interpreter of Python X.Y on this host, or InstallError naming the version."""
+    for exe in python_candidates(version):
+        if python_version_of(exe) == version:
+            return Path(exe)
+    uv = uv_or_none()
+    if uv:
+        done = _proc.run([uv, "python", "find", "--system", version], timeout=60, check=False)
+        exe = done.stdout.strip()
+        if done and exe and python_version_of(exe) == version:
+            return Path(exe)
+    raise InstallError(
+        f"Python {version} is not installed on this host (looked for python{version} on PATH, "
+        f"in {pyenv_root() / 'versions'} and with `uv python find`); install it "
+        f"(e.g. `pyenv install {version}` or `uv python install {version}`) "
+        "or pick another --python"
+    )
+
+
+def has_python(version: str) -> bool:
+    try:
+        find_python(version)
+    except InstallError:
+        return False
+    return True
+
+
+# -- uv ----------------------------------------------------------------------------------------
+
+
+def uv_or_none() -> str | None:
+    """uv from its PyPI package (a dependency of provision), else the first on PATH."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return _proc.which("uv")
+    try:
+        return str(find_uv_bin())
+    except FileNotFoundError:
+        return _proc.which("uv")
+
+
+def uv() -> str:
+    found = uv_or_none()
+    if found is None:
+        raise ToolMissing("uv is not installed (pip install uv, or reinstall provision)")
+    return found
+
+
+# -- conda-compatible solvers ------------------------------------------------------------------
+
+
+def solver(name: str = "auto") -> str:
+    """The conda-compatible executable for conda-lock: the host's own, else provision-conda."""
+    if name not in SOLVERS:
+        raise UsageError(f"--solver takes one of {', '.join(SOLVERS)}, not {name!r}")
+    if name != "builtin":
+        for exe in ("micromamba", "mamba", "conda") if name == "auto" else (name,):
+            found = _proc.which(exe)
+            if found:
+                return found
+        if name != "auto":
+            raise ToolMissing(f"{name} is not installed or not on PATH; use --solver builtin")
+    beside = Path(sys.executable).parent / "provision-conda"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = _proc.which("provision-conda")
+    if found:
+        return found
+    raise ToolMissing("provision-conda (the built-in solver) is not installed; reinstall provision")
