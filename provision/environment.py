@@ -103,20 +103,16 @@ class Manifest:
 
     request: Request
     files: Mapping[str, str] = field(default_factory=dict)
-    name: str | None = None  # schema 1 recorded a name; schema 2 takes it from the directory
+    name: str | None = None  # rendered for; a directory of another name is a copy, refused
 
     def dumps(self) -> str:
-        """Small and stable: one line for the request, one per file."""
-        files = ",\n".join(
-            f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(self.files.items())
-        )
+        """Small and stable: three lines (what, the request, the hashes), keys sorted."""
         request = json.dumps(self.request.to_json(), sort_keys=True)
+        files = json.dumps(dict(self.files), sort_keys=True)
         return (
-            "{\n"
-            f'  "schema": {SCHEMA},\n'
-            f'  "request": {request},\n'
-            f'  "files": {{\n{files}\n  }}\n'
-            "}\n"
+            f'{{"schema": {SCHEMA}, "name": {json.dumps(self.name)},\n'
+            f' "request": {request},\n'
+            f' "files": {files}}}\n'
         )
 
     @classmethod
@@ -133,7 +129,9 @@ class Manifest:
             isinstance(k, str) and isinstance(v, str) for k, v in files.items()
         ):
             raise ValueError("files is not a map of path to sha256")
-        name = request.get("name") if isinstance(request, dict) else None
+        name = data.get("name") if schema == SCHEMA else None
+        if schema == 1 and isinstance(request, dict):
+            name = request.get("name")
         return cls(Request.from_json(request), dict(files), name if isinstance(name, str) else None)
 
 
@@ -379,7 +377,9 @@ def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = N
     import shlex
 
     lines = [f"# Installed by provision from {env.name}/{RUNTIME}."]
-    lines += [f"{k}={shlex.quote(v) if v else chr(39) * 2}" for k, v in sorted(values.items())]
+    lines += [
+        f"{k}='{v}'" if "'" not in v else f"{k}={shlex.quote(v)}" for k, v in sorted(values.items())
+    ]
     _write(prefix / INSTALLED_RUNTIME, "\n".join(lines) + "\n")
     for script in ("activate.sh", "deactivate.sh"):
         shutil.copyfile(HOOKS_DIR / script, etc / script)

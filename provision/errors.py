@@ -35,6 +35,11 @@ class StaleError(ProvisionError):
     """Generated files (rendered environments or locks) no longer match their inputs."""
 
 
+class LockInvalid(StaleError):
+    """A lockfile that cannot be trusted as it is: empty, without provision's header, truncated,
+    edited after it was made, unreadable, or not complete and closed. Re-locking replaces it."""
+
+
 class LockError(ProvisionError):
     """Locking failed (solver, channel, index)."""
 

@@ -20,6 +20,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
 from provision import _proc
 from provision.errors import LockError, ToolMissing, UsageError
 from provision.spec import EnvSpec
@@ -28,7 +33,10 @@ ARCH = {"linux-64": "x86_64", "linux-aarch64": "aarch64"}
 # The manylinux tags uv's --python-platform accepts (uv 0.9+); a row's glibc floor maps to the
 # nearest one at or above it (2.27 -> manylinux_2_28: uv has no 2_27).
 UV_MANYLINUX = ((2, 17), (2, 28), *((2, minor) for minor in range(31, 41)))
-PIN_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s\\;]+)", re.MULTILINE)
+# pip's rule for comments in requirements files: a '#' at the start of a line or after whitespace
+# (a URL's '#sha256=' fragment is not one).
+COMMENT_RE = re.compile(r"(^|\s+)#.*$")
+HASH_RE = re.compile(r"\s--hash=(\S+)")
 
 
 def _config_files(env: Mapping[str, str]) -> list[Path]:
@@ -186,15 +194,20 @@ def read_as_of(lock_text: str) -> AsOf | None:
 
 
 def requirement_lines(text: str) -> list[str]:
-    return [ln.split("#", 1)[0].strip() for ln in text.splitlines() if ln.split("#", 1)[0].strip()]
+    """The requirement lines of a requirements file, without comments and blank lines."""
+    return [ln for ln in (COMMENT_RE.sub("", raw).strip() for raw in text.splitlines()) if ln]
 
 
 def _exact_pins(requirements: Sequence[str]) -> dict[str, str]:
     out = {}
-    for req in requirements:
-        m = PIN_RE.match(req.strip())
-        if m:
-            out[norm(m.group(1))] = m.group(2)
+    for line in requirements:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue  # uv says what is wrong with it
+        version = exact_version(req)
+        if version is not None:
+            out[norm(req.name)] = version
     return out
 
 
@@ -271,14 +284,201 @@ def _uv_reason(text: str) -> str:
     return " ".join(ln for ln in lines if ln) or "no output"
 
 
+# -- requirements and locks, as packaging reads them ---------------------------------------------
+
+
+def parse_requirements(text: str, source: str) -> list[Requirement]:
+    """The requirements of a requirements file (comments and blank lines ignored); LockError
+    naming the line for anything else (options such as --index-url included: locks ignore them)."""
+    out = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = COMMENT_RE.sub("", raw).strip()
+        if not line:
+            continue
+        try:
+            out.append(Requirement(line))
+        except InvalidRequirement as exc:
+            raise LockError(
+                f"{source}, line {number}: {line!r} is not a requirement ({exc})"
+            ) from exc
+    return out
+
+
+def normal_requirement(req: Requirement) -> str:
+    """One spelling per meaning: normalised name and extras, sorted specifiers, PEP 440 versions."""
+    extras = f"[{','.join(sorted(norm(e) for e in req.extras))}]" if req.extras else ""
+    specs = []
+    for spec in req.specifier:
+        version = spec.version
+        if spec.operator != "===" and not version.endswith(".*") and _pep440(version):
+            version = str(Version(version))
+        specs.append(f"{spec.operator}{version}")
+    text = f"{norm(req.name)}{extras}{','.join(sorted(specs))}"
+    if req.url:
+        text += f" @ {req.url}"
+    if req.marker:
+        text += f"{' ' if req.url else ''}; {req.marker}"
+    return text
+
+
+def exact_version(req: Requirement) -> str | None:
+    """X of `name==X` (no wildcard), else None."""
+    specs = list(req.specifier)
+    if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
+        return specs[0].version
+    return None
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One package of a requirements lock, with the provenance uv wrote under it (`# via`)."""
+
+    name: str  # PEP 503 normalised
+    version: str
+    hashes: tuple[str, ...]
+    via: tuple[str, ...]  # normalised names of the packages that require it, or "-r FILE"
+    line: int
+
+
+def parse_lock(text: str, first_line: int = 1) -> list[Pin]:
+    """Every `name==version` of a requirements lock (uv's output), its hashes and its `# via`.
+
+    ValueError, naming the line (text's first is `first_line`), for a requirement that is not
+    one or is not pinned exactly."""
+    lines = text.splitlines()
+    out: list[Pin] = []
+    i = 0
+    while i < len(lines):
+        start, logical = i + first_line, lines[i]
+        i += 1
+        if not logical.strip() or logical[0].isspace() or logical.startswith(("#", "-")):
+            continue  # comments, options, and what belongs to no requirement
+        while logical.rstrip().endswith("\\") and i < len(lines):
+            logical = logical.rstrip()[:-1] + " " + lines[i].strip()
+            i += 1
+        logical = " " + logical.rstrip().removesuffix("\\")
+        hashes = tuple(HASH_RE.findall(logical))
+        text_req = COMMENT_RE.sub("", HASH_RE.sub("", logical)).strip()
+        via: list[str] = []
+        in_via = False
+        while i < len(lines) and lines[i][:1].isspace() and lines[i].lstrip().startswith("#"):
+            note = lines[i].strip()[1:].strip()
+            i += 1
+            if note == "via" or note.startswith("via "):
+                in_via, note = True, note[3:].strip()
+            if in_via and note:
+                via.append(_via_name(note))
+        try:
+            req = Requirement(text_req)
+        except InvalidRequirement as exc:
+            raise ValueError(f"line {start}: {text_req!r} is not a requirement ({exc})") from exc
+        version = exact_version(req)
+        if version is None:
+            raise ValueError(f"line {start}: {text_req!r} is not pinned with ==")
+        out.append(Pin(norm(req.name), version, hashes, tuple(via), start))
+    return out
+
+
+def _via_name(note: str) -> str:
+    """`-r requirements.in` as it is; `tensorflow` or `tensorflow[and-cuda]` -> its name."""
+    if note.startswith("-"):
+        return " ".join(note.split())
+    word = note.split()[0]
+    try:
+        return norm(Requirement(word).name)
+    except InvalidRequirement:
+        return norm(word.split("[", 1)[0])
+
+
 def pins(text: str) -> dict[str, str]:
-    """name -> version of every `name==version` line of a requirements lock (names normalised)."""
-    return {norm(m.group(1)): m.group(2) for m in PIN_RE.finditer(text)}
+    """name -> version of every `name==version` of a requirements lock (names normalised)."""
+    return {pin.name: pin.version for pin in parse_lock(text)}
 
 
 def norm(name: str) -> str:
     """PEP 503 normalised project name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
+    return str(canonicalize_name(name))
+
+
+def marker_environment(python_version: str, platform: str) -> dict[str, str]:
+    """The PEP 508 environment of the target (a Linux CPython), not of this machine."""
+    env = {str(k): str(v) for k, v in default_environment().items()}
+    env.update({
+        "python_version": ".".join(python_version.split(".")[:2]),
+        "python_full_version": python_version if python_version.count(".") >= 2
+        else f"{python_version}.0",
+        "platform_machine": ARCH.get(platform, env["platform_machine"]),
+        "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+        "implementation_name": "cpython", "platform_python_implementation": "CPython",
+    })  # fmt: skip
+    return env
+
+
+def applies(req: Requirement, env: Mapping[str, str]) -> bool:
+    """Whether the requirement's marker holds on the target (no marker: always)."""
+    if req.marker is None:
+        return True
+    try:
+        return bool(req.marker.evaluate(dict(env)))
+    except Exception:  # an unknown marker variable: the requirement counts
+        return True
+
+
+def satisfies(req: Requirement, version: str) -> bool:
+    try:
+        return req.specifier.contains(version, prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+def closure_problems(requirements: Sequence[Requirement], lock: Sequence[Pin], source: str,
+                     env: Mapping[str, str]) -> list[str]:  # fmt: skip
+    """What makes a requirements lock incomplete or open, each naming the package: a requirement
+    of the inputs no pin satisfies; a `# via` naming a package that is not pinned; a pin nothing
+    requires (not reachable from the inputs through `# via`); a pin without a hash."""
+    by_name = {pin.name: pin for pin in lock}
+    out = []
+    roots = []
+    for req in requirements:
+        if not applies(req, env):
+            continue
+        name = norm(req.name)
+        roots.append(name)
+        pin = by_name.get(name)
+        if pin is None:
+            out.append(f"{req} from {source} has no pin")
+        elif not satisfies(req, pin.version):
+            out.append(f"{req} from {source} is not satisfied by {pin.name}=={pin.version}")
+    required_by: dict[str, list[str]] = {}
+    for pin in lock:
+        if not pin.hashes:
+            out.append(f"{pin.name}=={pin.version} has no --hash")
+        for parent in pin.via:
+            if parent.startswith("-"):
+                continue
+            if parent not in by_name:
+                out.append(f"{pin.name}=={pin.version} is there for {parent} (# via), "
+                           f"which is not pinned")  # fmt: skip
+            required_by.setdefault(parent, []).append(pin.name)
+    reached = _reach(roots, required_by)
+    out += [
+        f"{pin.name}=={pin.version} is pinned but nothing in {source} requires it "
+        f"(# via {', '.join(pin.via) or 'nothing'})"
+        for pin in lock
+        if pin.name not in reached
+    ]
+    return out
+
+
+def _reach(roots: Iterable[str], edges: Mapping[str, Iterable[str]]) -> set[str]:
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(edges.get(name, ()))
+    return seen
 
 
 def problems(spec: EnvSpec, text: str) -> list[str]:
@@ -305,6 +505,7 @@ class LockedFile:
     version: str
     url: str
     sha256: str
+    requires: tuple[str, ...] = ()  # the resolved packages it depends on (normalised names)
 
 
 def resolve_files(
@@ -328,28 +529,59 @@ def resolve_files(
     when = as_of(requirements, python_version, target, workdir, env, previous)
     constraints = "".join(f"{n}=={v}\n" for n, v in sorted(provided.items()) if _pep440(v))
     (workdir / "constraints.txt").write_text(constraints, encoding="utf-8")
-    argv = [
-        uv_bin(), "pip", "compile", "requirements.in", "--output-file", "pylock.toml",
+    common = [
         "--constraint", "constraints.txt", "--quiet", "--no-config", "--no-progress",
         "--python", sys.executable, "--python-version", python_version,
         "--python-platform", target, *cutoff_args(requirements, when, provided),
     ]  # fmt: skip
     index = pip_index_url()
     if index:
-        argv += ["--index-url", index]
+        common += ["--index-url", index]
+    uv = uv_bin()
+    argv = [uv, "pip", "compile", "requirements.in", "--output-file", "pylock.toml", *common]
     done = _proc.run(argv, cwd=workdir, env=env, timeout=900, check=False)
     if not done:
         why = _uv_reason(done.stderr or done.stdout)
         raise LockError(f"uv could not resolve the pip section for {platform}: {why}")
     data = _toml((workdir / "pylock.toml").read_text(encoding="utf-8"))
     ranks = _tag_ranks(python_version, target)
-    out = [_choose(pkg, ranks, target) for pkg in data.get("packages", [])]
+    chosen = [_choose(pkg, ranks, target) for pkg in data.get("packages", [])]
+    requires = _requires(uv, chosen, common, workdir, env, platform)
+    out = [
+        LockedFile(f.name, f.version, f.url, f.sha256, tuple(sorted(requires.get(f.name, ()))))
+        for f in chosen
+    ]
     return sorted(out, key=lambda f: f.name), when
 
 
-def _pep440(version: str) -> bool:
-    from packaging.version import InvalidVersion, Version
+def _requires(
+    uv: str, chosen: Sequence[LockedFile], common: Sequence[str], workdir: Path,
+    env: Mapping[str, str], platform: str,
+) -> dict[str, set[str]]:  # fmt: skip
+    """name -> the names it depends on, from uv's `# via` (pylock.toml has no dependency graph):
+    the same resolution again, held to the versions just chosen, written as requirements.txt."""
+    pinned = "".join(f"{f.name}=={f.version}\n" for f in chosen)
+    (workdir / "chosen.txt").write_text(pinned, encoding="utf-8")
+    argv = [
+        uv, "pip", "compile", "requirements.in", "--output-file", "requirements.txt",
+        "--no-header", "--constraint", "chosen.txt", *common,
+    ]  # fmt: skip
+    done = _proc.run(argv, cwd=workdir, env=dict(env), timeout=900, check=False)
+    if not done:
+        why = _uv_reason(done.stderr or done.stdout)
+        raise LockError(f"uv could not trace the pip section's dependencies for {platform}: {why}")
+    graph = parse_lock((workdir / "requirements.txt").read_text(encoding="utf-8"))
+    if {(p.name, p.version) for p in graph} != {(f.name, f.version) for f in chosen}:
+        raise LockError(f"uv resolved the pip section for {platform} differently twice; re-lock")
+    requires: dict[str, set[str]] = {}
+    for pin in graph:
+        for parent in pin.via:
+            if not parent.startswith("-"):
+                requires.setdefault(parent, set()).add(pin.name)
+    return requires
 
+
+def _pep440(version: str) -> bool:
     try:
         Version(version)
     except InvalidVersion:

@@ -190,7 +190,7 @@ def _meta(spec: EnvSpec, files: Mapping[str, str]) -> str:
         jupyter=spec.jupyter,
     )
     hashes = {path: _sha256(text.encode()) for path, text in sorted(files.items())}
-    return environment.Manifest(request, hashes).dumps()
+    return environment.Manifest(request, hashes, spec.name).dumps()
 
 
 def _sha256(data: bytes) -> str:

@@ -215,7 +215,7 @@ def all_specs(matrix: Matrix) -> list[EnvSpec]:
 
 
 def expected(spec: EnvSpec) -> dict[str, object]:
-    """What the smoke test must find in the environment; baked into each rendered smoke_test.py."""
+    """What the smoke test must find in the environment; verify passes it with --expected."""
     return {
         "schema": 1,
         "name": spec.name,

@@ -43,11 +43,11 @@ _SKIP_DIRS = {
 
 def python_tree(version: str) -> Path | None:
     """The installation prefix of this host's CPython X.Y when it is a self-contained tree."""
-    from provision import install
+    from provision import tools
     from provision.errors import InstallError
 
     try:
-        exe = install.find_python(version)
+        exe = tools.find_python(version)
     except InstallError:
         return None
     prefix = Path(

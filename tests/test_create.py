@@ -77,16 +77,16 @@ def test_hand_edited_environment_is_not_overwritten(tmp_path: Path, home: dict[s
     first = provision("render", "--tf", tf, "--path", "pip", "--out", str(out), env=home)
     assert first.returncode == 0, first.stderr
     (env_dir,) = out.iterdir()
-    readme = env_dir / "README.md"
-    readme.write_text(readme.read_text() + "\nlocal notes\n")
+    readme = env_dir / "requirements.in"
+    readme.write_text(readme.read_text() + "# local notes\n")
     done = provision("create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", env=home)
     assert done.returncode == 1
     data = summary(done)
     assert statuses(data) == [("render", "failed")]
-    assert f"{env_dir.as_posix()}/README.md" in str(data["error"])
+    assert f"{env_dir.as_posix()}/requirements.in" in str(data["error"])
     assert "--force" in str(data["hint"])
-    assert "[1/4] render" in done.stderr and "README.md" in done.stderr
-    assert readme.read_text().endswith("local notes\n")
+    assert "[1/4] render" in done.stderr and "requirements.in" in done.stderr
+    assert readme.read_text().endswith("# local notes\n")
     assert not (env_dir / "requirements.lock").exists()
 
 
@@ -102,7 +102,7 @@ def test_failing_lock_stops_before_install(tmp_path: Path, home: dict[str, str])
     assert done.returncode == 1
     data = summary(done)
     assert statuses(data) == [("render", "ok"), ("lock", "failed")]
-    assert "check the package index" in str(data["hint"])
+    assert "the package index" in str(data["hint"])
     assert "provision: what to do:" in done.stderr
     assert not (tmp_path / "home").exists()  # install never started
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from provision import install, matrix
+from provision import environment, install, matrix, tools
 from provision.cli import cli
 from provision.create import default_python
 from provision.errors import InstallError
@@ -279,15 +279,16 @@ def test_a_gpu_memory_limit_is_installed_as_a_start_up_hook(
     assert code == 0, text
     prefix = Path(json.loads(text)["prefix"])
     site = site_packages(prefix)
-    assert (site / "provision_gpu_policy.pth").is_file()
-    # The interpreter imports the hook at start-up; without TensorFlow it only records its intent.
+    assert (site / "provision_env_hook.pth").is_file()
+    runtime = (prefix / "etc" / "provision" / "runtime.env").read_text()
+    assert "PROVISION_GPU_MEMORY='1024'" in runtime
+    # The interpreter imports the hook at start-up, without activation; it waits for TensorFlow.
     shown = subprocess.run(
         [prefix / "bin" / "python", "-c",
-         "import sys; print('provision_gpu_policy' in sys.modules)"],
+         "import sys; print('provision_env_hook' in sys.modules, 'tensorflow' in sys.modules)"],
         capture_output=True, text=True, check=True,
-        env={**os.environ, **install.activation_env(out / "lim", prefix)},
     ).stdout.split()  # fmt: skip
-    assert shown == ["True"]
+    assert shown == ["True", "False"]
 
 
 def test_activation_env_gives_a_direct_interpreter_what_activation_gives(
@@ -295,7 +296,7 @@ def test_activation_env_gives_a_direct_interpreter_what_activation_gives(
 ) -> None:
     env.lock(index.add("1.0"))
     assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
-    extra = install.activation_env(env.dir, env.prefix)
+    extra = environment.activation_env(env.prefix, "pip")
     nvidia_lib = site_packages(env.prefix) / "nvidia" / "provision_tiny" / "lib"
     assert extra["VIRTUAL_ENV"] == str(env.prefix)
     assert extra["LD_LIBRARY_PATH"].split(":")[0] == str(nvidia_lib)
@@ -340,7 +341,7 @@ def test_missing_lock_says_how_to_make_it(env: Env) -> None:
 
 def test_unrendered_environment_says_how_to_render(tmp_path: Path) -> None:
     code, out = run_cli("install", "nothing-here", "--out", str(tmp_path))
-    assert code == 1 and "render it first" in out
+    assert code == 2 and "render it (provision render --tf X.Y --name nothing-here)" in out
 
 
 def test_a_lock_that_does_not_match_the_download_fails_cleanly(index: Index, env: Env) -> None:
@@ -371,7 +372,7 @@ def test_failed_rebuild_puts_the_working_environment_back(index: Index, env: Env
     # The 1.0 environment is back, complete for its own (old) lock, and not taken for the new one.
     assert list(site_packages(env.prefix).glob("provision_tiny-1.0.dist-info"))
     assert install.state_of(env.prefix) == "complete"
-    assert not install.is_installed(install.load_env(env.out, env.name), env.prefix)
+    assert not install.is_installed(environment.load(env.dir), env.prefix)
     index.mode = "ok"
     assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
     assert list(site_packages(env.prefix).glob("provision_tiny-2.0.dist-info"))
@@ -473,14 +474,14 @@ def test_full_disk_fails_with_a_clear_message(index: Index, env: Env, tmp_path: 
 
 def test_missing_python_names_the_version() -> None:
     with pytest.raises(InstallError, match=r"Python 2\.5 is not installed on this host"):
-        install.find_python("2.5")
+        tools.find_python("2.5")
 
 
 def test_pyenv_shims_are_skipped_for_the_real_interpreters() -> None:
     version = "{}.{}".format(*sys.version_info[:2])
-    found = install.python_candidates(version)
+    found = tools.python_candidates(version)
     assert all(Path(p).parent.name != "shims" for p in found)
-    assert install.find_python(version).name == f"python{version}"
+    assert tools.find_python(version).name == f"python{version}"
 
 
 def test_extra_arguments_are_for_the_system_path_only(index: Index, env: Env) -> None:
@@ -561,18 +562,23 @@ def test_conda_install_builds_a_working_prefix_from_a_local_channel(
     )  # fmt: skip
     assert locked.returncode == 0, locked.stderr
 
-    code, text = run_cli("install", "conda-e2e", "--out", str(out), "--solver", "builtin", "--json")
+    # The edit above is a hand edit of a rendered file: install refuses it unless --force.
+    code, text = run_cli("install", "conda-e2e", "--out", str(out), "--solver", "builtin")
+    assert code == 1 and "environment.yml changed since provision rendered it" in text
+    code, text = run_cli(
+        "install", "conda-e2e", "--out", str(out), "--solver", "builtin", "--json", "--force"
+    )
     assert code == 0, text
     report = json.loads(text)
     prefix = Path(report["prefix"])
     assert report["installer"] == "conda-lock" and install.state_of(prefix) == "complete"
     assert (prefix / "conda-meta").is_dir()
-    hooks = out / "conda-e2e" / "hooks"
+    hooks = environment.HOOKS_DIR
     assert (prefix / "etc/conda/activate.d/provision.sh").read_bytes() == (
-        hooks / "activate.sh"
+        hooks / "conda-activate.sh"
     ).read_bytes()
     assert (prefix / "etc/conda/deactivate.d/provision.sh").read_bytes() == (
-        hooks / "deactivate.sh"
+        hooks / "conda-deactivate.sh"
     ).read_bytes()
     python = prefix / "bin" / "python"
     shown = subprocess.run(
@@ -581,7 +587,7 @@ def test_conda_install_builds_a_working_prefix_from_a_local_channel(
     ).stdout.split()  # fmt: skip
     assert shown == ["1.0", str(prefix)]
 
-    extra = install.activation_env(out / "conda-e2e", prefix)
+    extra = environment.activation_env(prefix, "conda")
     assert extra["CONDA_PREFIX"] == str(prefix)
     assert extra["LD_LIBRARY_PATH"].split(":")[0] == str(prefix / "lib")
     found = library_versions(python, extra, spec.cuda.major, spec.cudnn.major)
@@ -591,14 +597,16 @@ def test_conda_install_builds_a_working_prefix_from_a_local_channel(
     assert f"{cudart // 1000}.{cudart % 1000 // 10}" == spec.cuda.version
     assert cudnn_version(int(str(found["cudnn"]))) == spec.cudnn.version
 
-    code, text = run_cli("install", "conda-e2e", "--out", str(out), "--solver", "builtin")
-    assert code == 0 and "nothing to do" in text
+    code, text = run_cli(
+        "install", "conda-e2e", "--out", str(out), "--solver", "builtin", "--force"
+    )
+    assert code == 0 and "built" in text
 
 
 def test_system_path_runs_the_rendered_script_with_prefix_and_python(tmp_path: Path) -> None:
     """provision install hands the script --prefix, the Python it found, and the options after --;
     the script itself is tested in tests/test_system_install.py."""
-    rel = next(r for r in matrix.load().releases if install.python_candidates(r.python[-1]))
+    rel = next(r for r in matrix.load().releases if tools.python_candidates(r.python[-1]))
     out = tmp_path / "envs"
     code, text = run_cli("render", "--tf", rel.tf, "--path", "system", "--out", str(out))
     assert code == 0, text
@@ -612,7 +620,7 @@ def test_system_path_runs_the_rendered_script_with_prefix_and_python(tmp_path: P
         "--dry-run", "--skip-driver-check",
     )  # fmt: skip
     assert code == 0, text
-    python = install.find_python(rel.python[-1])
+    python = tools.find_python(rel.python[-1])
     assert f"would create {prefix}/venvs/{name} with {python}" in text
     assert "dry run: nothing was changed" in text
     assert f"(venv: {prefix}/venvs/{name})" in text

@@ -148,18 +148,42 @@ def edit_virtual(d: Path) -> None:
     (d / "virtual-packages.yml").write_text(text.replace('__glibc: "2.17"', '__glibc: "2.28"'))
 
 
+def edit_pip_part(d: Path) -> None:
+    text = (d / "environment.yml").read_text()
+    pin = spec.resolve(M, CUDA11_PIP_CUDNN, "conda").release.pin
+    (d / "environment.yml").write_text(text.replace(f"tensorflow=={pin}", "tensorflow==2.99.0"))
+
+
+def reword_inputs(d: Path) -> None:
+    """Comments reworded, blank lines, another order and quoting: the same inputs."""
+    env = (d / "environment.yml").read_text().splitlines()
+    deps = [i for i, line in enumerate(env) if line.startswith("  - ") and "pip:" not in line]
+    first, last = deps[0], deps[-1]
+    env[first], env[last] = env[last], env[first]
+    env = [line.replace("  - pip", '  - "pip"') if line == "  - pip" else line for line in env]
+    text = "# A comment in other words.\n\n" + "\n".join(env).replace("# ", "#  ") + "\n\n"
+    (d / "environment.yml").write_text(text)
+    vp = (d / "virtual-packages.yml").read_text().replace("# ", "# Reworded: ")
+    (d / "virtual-packages.yml").write_text("#\n" + vp + "# trailing comment\n")
+
+
 @pytest.mark.parametrize(
     ("change", "flags", "reason"),
     [
         (None, [], None),
-        (edit_env_file, [], "environment.yml changed"),
-        (edit_virtual, [], "virtual-packages.yml changed"),
+        (reword_inputs, [], None),
+        (edit_env_file, [], "conda dependencies changed: added libzlib"),
+        (edit_pip_part, [], "pip requirements changed: tensorflow==2."),
+        (edit_virtual, [], "virtual packages changed: linux-64 __glibc 2.17 -> 2.28"),
         (None, ["--platform", "linux-aarch64"], "platforms ['linux-64'] -> ['linux-aarch64']"),
         (None, ["--channel", "conda-forge"], "channels"),
         (None, ["CHANNEL-LESS"], "channels"),
     ],
-    ids=["unchanged", "environment", "virtual-packages", "platforms", "channels", "no-channel"],
-)
+    ids=[
+        "unchanged", "reworded", "environment", "pip-part", "virtual-packages", "platforms",
+        "channels", "no-channel",
+    ],
+)  # fmt: skip
 def test_check_detects_each_kind_of_change(
     locked_cuda11: Path,
     tmp_path: Path,
@@ -184,7 +208,10 @@ def test_check_detects_each_kind_of_change(
         assert done.returncode == 1
         assert "is stale" in done.stderr and reason in done.stderr
         assert f"run: provision lock {name}" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
     assert (out / name / "conda-lock.yml").read_bytes() == before  # --check writes nothing
+    if change is edit_pip_part:
+        assert "tensorflow==2.99.0" in done.stderr  # old -> new, both named
 
 
 def test_check_without_a_lock_fails(tmp_path: Path) -> None:
@@ -329,10 +356,21 @@ def test_pip_path_lock_has_hashes_and_the_nvidia_pins(tmp_path: Path, offline: l
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    # each kind of change
-    (out / name / "requirements.in").write_text((out / name / "requirements.in").read_text() + "\n")
+    # comments, blank lines, order and spacing are no change ...
+    req = out / name / "requirements.in"
+    lines = req.read_text().splitlines()
+    body = [ln for ln in lines if ln and not ln.startswith("#")]
+    reworded = ["# Reworded.", "", *reversed(body[1:]), "", body[0].replace("==", " == ")]
+    req.write_text("\n".join(reworded) + "  # trailing comment\n")
     result = lock(out, name, "--check")
-    assert result.exit_code == 1 and "requirements.in changed" in result.output
+    assert result.exit_code == 0, result.output
+    assert lock_file.read_text() == text
+    # ... each kind of change is, named
+    tf = body[0].split("==")[0]  # tensorflow or tensorflow[and-cuda]
+    req.write_text(req.read_text().replace(f" == {s.release.pin}", "==2.99.1"))
+    result = lock(out, name, "--check")
+    assert result.exit_code == 1
+    assert f"requirements changed: {tf}=={s.release.pin} -> {tf}==2.99.1" in result.output
     result = lock(out, name, "--check", "--platform", "linux-aarch64")
     assert result.exit_code == 1 and "platforms" in result.output
 

@@ -495,6 +495,27 @@ def test_the_unbroken_copy_parses(raw: dict[str, Any]) -> None:
     assert len(parse(copy.deepcopy(raw)).releases) == len(raw["release"])
 
 
+@pytest.mark.parametrize(
+    ("targets", "compute_min"),
+    [
+        (["sm_90a", "sm_100", "sm_120", "compute_120"], "9.0"),  # arch-specific Hopper, Blackwell
+        (["sm_100", "sm_120", "compute_90"], "9.0"),  # PTX for 9.0 is the lowest
+        (["sm_100", "compute_120"], "10.0"),  # sm_100 is compute capability 10.0, not 1.0
+    ],
+)
+def test_blackwell_and_arch_specific_targets_are_read_as_their_compute_capability(
+    raw: dict[str, Any], targets: list[str], compute_min: str
+) -> None:
+    data = copy.deepcopy(raw)
+    R(data, "2.21").update(compute_targets=targets, compute_min=compute_min)
+    assert parse(data).release("2.21").compute_targets == tuple(targets)
+    R(data, "2.21")["compute_min"] = "1.0"
+    with pytest.raises(
+        MatrixError, match=rf"is not the lowest of compute_targets \({compute_min}\)"
+    ):
+        parse(data)
+
+
 def test_an_unreadable_data_file_is_one_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "matrix.toml"
     bad.write_text('schema = 1\n[[release]\ntf = "2.13"\n', encoding="utf-8")

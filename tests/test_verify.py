@@ -1,8 +1,9 @@
 """provision verify and the smoke test: what they judge, how they fail, and the real thing on CPU.
 
-Fast tests run the smoke test for real where TensorFlow is not needed (an interpreter without it,
-a `tensorflow` package that hangs or dies on import) and check the judging against real reports
-and logs in tests/fixtures/ (reports/README.md says how they were made and how to add more).
+Fast tests run the smoke test (the payload's zipapp, as verify runs it) for real where TensorFlow
+is not needed (an interpreter without it; a venv whose `tensorflow` hangs or dies on import) and
+check the judging against real reports and logs in tests/fixtures/ (reports/README.md says how
+they were made and how to add more).
 Tests marked slow build real TensorFlow venvs (tests/tfvenv.py: the oldest matrix release this
 machine's Pythons can run besides 2.13, and the newest) and verify them in CPU mode.
 """
@@ -27,23 +28,28 @@ from click.testing import CliRunner
 
 from provision import matrix as matrix_module
 from provision import render as render_module
-from provision import smoke_test as st
 from provision import verify
 from provision.cli import cli
 from provision.errors import VerifyError
+from provision.payload import cudalibs, elf, judge
+from provision.payload import report as schema
+from provision.payload_app import payload_argv
 from provision.spec import GpuPolicy, expected, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = ROOT / "provision" / "smoke_test.py"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REPORTS = sorted((FIXTURES / "reports").glob("*.json"))
 LOGS = sorted((FIXTURES / "logs").glob("*.txt"))
 GPU_ONLY = {"cuda_libraries", "cudart", "cudnn", "gpus", "gpu_policy", "memory"}
 
 
+FAULT_VAR = "PROVISION_SMOKE_FAULT"  # the payload's fault injection: hang:<check>, crash:<check>
+
+
 def run_smoke(python: str | Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
+    """The payload's smoke test with `python`, as verify runs it; (exit status, JSON report)."""
     done = subprocess.run(
-        [str(python), str(SMOKE), "--json", *args],
+        payload_argv(Path(python), "smoke", ["--json", *args]),
         capture_output=True,
         text=True,
         timeout=600,
@@ -99,7 +105,7 @@ TF221_TARGETS = ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
 def test_compute_capability_against_the_build(
     cc: str, targets: list[str], minimum: str | None, status: str, words: str
 ) -> None:
-    got, reason = st.judge_compute(cc, targets, minimum)
+    got, reason = judge.judge_compute(cc, targets, minimum)
     assert got == status
     assert words in reason
 
@@ -117,14 +123,14 @@ def test_compute_capability_against_the_build(
     ],
 )
 def test_loaded_library_version_against_the_spec(found: str, want: str | None, status: str) -> None:
-    assert st.judge_library_version("cuDNN", found, want)[0] == status
+    assert judge.judge_library_version("cuDNN", found, want)[0] == status
 
 
 def test_sonames_come_from_tensorflows_own_cuda_config() -> None:
     reports = {p.name: load(p)["environment"] for p in REPORTS if p.name.startswith("cpu-tf2.")}
     cuda12 = reports["cpu-tf2.21-pip-py3.12-pass.json"]
     cuda11 = reports["cpu-tf2.13-pip-pass.json"]
-    assert st.sonames(cuda12["cuda_config"], cuda12["build_info"]) == {
+    assert cudalibs.sonames(cuda12["cuda_config"], cuda12["build_info"]) == {
         "cudart": "libcudart.so.12",
         "cublas": "libcublas.so.12",
         "cublasLt": "libcublasLt.so.12",
@@ -134,10 +140,13 @@ def test_sonames_come_from_tensorflows_own_cuda_config() -> None:
         "cusparse": "libcusparse.so.12",
         "cudnn": "libcudnn.so.9",
     }
-    assert st.sonames(cuda11["cuda_config"], cuda11["build_info"])["cudart"] == "libcudart.so.11.0"
+    assert (
+        cudalibs.sonames(cuda11["cuda_config"], cuda11["build_info"])["cudart"]
+        == "libcudart.so.11.0"
+    )
     # A build without cuda_config.h falls back to its CUDA major's sonames.
     for env in (cuda11, cuda12):
-        assert st.sonames({}, env["build_info"]) == st.sonames(
+        assert cudalibs.sonames({}, env["build_info"]) == cudalibs.sonames(
             env["cuda_config"], env["build_info"]
         )
 
@@ -145,12 +154,12 @@ def test_sonames_come_from_tensorflows_own_cuda_config() -> None:
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.stem)
 def test_tensorflows_real_log_on_a_cpu_host_is_all_benign(log: Path) -> None:
     text = log.read_text()
-    on_cpu = st.classify_log(text, gpu_host=False)
-    assert st.judge_log(on_cpu)[0] == "pass", on_cpu
+    on_cpu = judge.classify_log(text, gpu_host=False)
+    assert judge.judge_log(on_cpu)[0] == "pass", on_cpu
     assert on_cpu["benign"]["oneDNN notice"] >= 1
     # The same "no driver" lines on a host that has a GPU are the problem itself.
-    on_gpu = st.classify_log(text, gpu_host=True)
-    assert st.judge_log(on_gpu)[0] == "fail"
+    on_gpu = judge.classify_log(text, gpu_host=True)
+    assert judge.judge_log(on_gpu)[0] == "fail"
     assert any("Could not find cuda drivers" in line for line in on_gpu["problems"])
 
 
@@ -171,7 +180,7 @@ def test_tensorflows_real_log_on_a_cpu_host_is_all_benign(log: Path) -> None:
     ],
 )  # fmt: skip
 def test_log_lines_are_classified(line: str, status: str) -> None:
-    assert st.judge_log(st.classify_log(line + "\n", gpu_host=True))[0] == status
+    assert judge.judge_log(judge.classify_log(line + "\n", gpu_host=True))[0] == status
 
 
 def test_runpath_is_read_from_the_elf_file(tmp_path: Path) -> None:
@@ -187,7 +196,7 @@ def test_runpath_is_read_from_the_elf_file(tmp_path: Path) -> None:
          "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../nvidia/cublas/lib:/opt/elsewhere"],
         check=True,
     )  # fmt: skip
-    kind, dirs = st.elf_search_path(str(lib))
+    kind, dirs = elf.search_path(str(lib))
     assert kind == "RUNPATH"
     assert dirs == [str(tmp_path / "nvidia" / "cublas" / "lib"), "/opt/elsewhere"]
 
@@ -198,9 +207,9 @@ def test_runpath_is_read_from_the_elf_file(tmp_path: Path) -> None:
 def test_without_tensorflow_the_report_says_why_and_fails() -> None:
     code, report = run_smoke(sys.executable)  # the project's venv has no TensorFlow
     assert code == 1
-    assert report["schema"] == st.SCHEMA and report["schema_version"] == st.SCHEMA_VERSION
+    assert report["schema"] == schema.SCHEMA and report["schema_version"] == schema.SCHEMA_VERSION
     checks = by_name(report)
-    assert list(checks) == list(st.CHECKS)
+    assert list(checks) == list(schema.CHECKS)
     assert checks["tf_version"]["status"] == "fail"
     assert "No module named 'tensorflow'" in checks["tf_version"]["reason"]
     assert {c["status"] for n, c in checks.items() if n not in ("tf_version", "logs")} == {"skip"}
@@ -209,10 +218,10 @@ def test_without_tensorflow_the_report_says_why_and_fails() -> None:
 
 
 def test_the_smoke_test_runs_on_python_3_8() -> None:
-    """TF 2.13 environments may run Python 3.8: the standalone file must run there too."""
-    from provision import install
+    """TF 2.13 environments may run Python 3.8: the payload's zipapp must run there too."""
+    from provision import tools
 
-    py38 = next(iter(install.python_candidates("3.8")), None)
+    py38 = next(iter(tools.python_candidates("3.8")), None)
     if py38 is None:
         pytest.skip("no Python 3.8 on this machine")
     code, report = run_smoke(py38, "--checks", "tf_version,xla")
@@ -222,30 +231,38 @@ def test_the_smoke_test_runs_on_python_3_8() -> None:
 
 
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
-    bad = subprocess.run(
-        [sys.executable, str(SMOKE), "--checks", "tf_version,nope"], capture_output=True, text=True
-    )
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            payload_argv(Path(sys.executable), "smoke", argv), capture_output=True, text=True
+        )
+
+    bad = run("--checks", "tf_version,nope")
     assert bad.returncode == 2 and "unknown check(s) nope" in bad.stderr
-    missing = subprocess.run(
-        [sys.executable, str(SMOKE), "--expected", str(tmp_path / "none.json")],
-        capture_output=True,
-        text=True,
-    )
+    missing = run("--expected", str(tmp_path / "none.json"))
     assert missing.returncode == 2 and "cannot read --expected" in missing.stderr
 
 
-def fake_tensorflow(tmp_path: Path, body: str) -> dict[str, str]:
-    """A `tensorflow` package whose import runs `body` (a hang, a crash), first on PYTHONPATH."""
-    pkg = tmp_path / "fake" / "tensorflow"
-    pkg.mkdir(parents=True)
+def fake_tensorflow(tmp_path: Path, body: str) -> Path:
+    """The interpreter of a venv whose `tensorflow` package runs `body` (a hang, a crash) on
+    import: installed in its site-packages, because the payload runs isolated (-I ignores
+    PYTHONPATH)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    pkg = Path(site) / "tensorflow"
+    pkg.mkdir()
     (pkg / "__init__.py").write_text(textwrap.dedent(body))
-    return {"PYTHONPATH": str(pkg.parent)}
+    return python
 
 
 def test_an_import_that_hangs_becomes_a_failure_with_its_reason(tmp_path: Path) -> None:
-    env = fake_tensorflow(tmp_path, "import time\ntime.sleep(600)\n")
+    python = fake_tensorflow(tmp_path, "import time\ntime.sleep(600)\n")
     start = time.monotonic()
-    code, report = run_smoke(sys.executable, "--setup-timeout", "2", env=env)
+    code, report = run_smoke(python, "--setup-timeout", "2")
     assert time.monotonic() - start < 30  # killed at the deadline, not after the sleep
     assert code == 1
     reason = by_name(report)["tf_version"]["reason"]
@@ -253,7 +270,7 @@ def test_an_import_that_hangs_becomes_a_failure_with_its_reason(tmp_path: Path) 
 
 
 def test_an_import_that_dies_names_the_signal(tmp_path: Path) -> None:
-    env = fake_tensorflow(
+    python = fake_tensorflow(
         tmp_path,
         """
         import os, sys
@@ -261,7 +278,7 @@ def test_an_import_that_dies_names_the_signal(tmp_path: Path) -> None:
         os.abort()
         """,
     )
-    code, report = run_smoke(sys.executable, "--checks", "tf_version,logs", env=env)
+    code, report = run_smoke(python, "--checks", "tf_version,logs")
     assert code == 1
     reason = by_name(report)["tf_version"]["reason"]
     assert reason.startswith(
@@ -270,33 +287,30 @@ def test_an_import_that_dies_names_the_signal(tmp_path: Path) -> None:
     assert "about to abort" in reason
 
 
-def test_a_rendered_smoke_test_carries_its_expectations(tmp_path: Path) -> None:
+def test_verify_passes_the_specs_expectations_to_the_payload(tmp_path: Path) -> None:
+    """No copy of the smoke test lives in the environment: verify hands the packaged payload the
+    spec's expectations in a file, and the report says what it was compared against."""
     m = matrix_module.load()
-    spec = resolve(m, "2.13", "pip")
-    smoke = tmp_path / "smoke_test.py"
-    smoke.write_text(render_module.render(spec, m)["smoke_test.py"])
-    done = subprocess.run(
-        [sys.executable, str(smoke), "--json", "--checks", "tf_version"],
-        capture_output=True,
-        text=True,
-    )
-    assert json.loads(done.stdout)["expected"] == expected(spec)
+    want = expected(resolve(m, "2.13", "pip"))
+    report = verify.run_smoke(Path(sys.executable), expected=want, timeout=30)
+    assert report["expected"] == want
+    assert by_name(report)["tf_version"]["status"] == "fail"  # no TensorFlow here
+    assert verify.run_smoke(Path(sys.executable), timeout=30)["expected"] == {}
     override = tmp_path / "override.json"
     override.write_text(json.dumps({"tf_version": "9.9.9"}))
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(smoke),
-            "--json",
-            "--checks",
-            "tf_version",
-            "--expected",
-            str(override),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert json.loads(done.stdout)["expected"] == {**expected(spec), "tf_version": "9.9.9"}
+    code, report = run_smoke(sys.executable, "--checks", "tf_version", "--expected", str(override))
+    assert (code, report["expected"]) == (1, {"tf_version": "9.9.9"})
+
+
+def test_verify_with_an_interpreter_runs_the_payload_through_the_cli() -> None:
+    code, out, _ = invoke("verify", "--python", sys.executable, "--json", "--timeout", "60")
+    assert code == 1
+    result = json.loads(out)
+    assert result["ok"] is False and result["python"] == sys.executable
+    assert result["report"]["environment"]["python"] == "{}.{}.{}".format(*sys.version_info[:3])
+    failed = {c["name"]: c["reason"] for c in result["checks"] if c["status"] == "fail"}
+    assert list(failed) == ["tf_version"]
+    assert "No module named 'tensorflow'" in failed["tf_version"]
 
 
 def test_the_memory_limit_hook_is_rendered_only_with_a_limit() -> None:
@@ -391,7 +405,7 @@ def test_require_gpu_turns_a_cpu_report_into_a_failure() -> None:
 def test_reports_that_cannot_be_judged_are_refused() -> None:
     with pytest.raises(VerifyError, match="not a smoke-test report"):
         verify.compare({"schema": "something-else"})
-    newer = dict(passing_report(), schema_version=st.SCHEMA_VERSION + 1)
+    newer = dict(passing_report(), schema_version=schema.SCHEMA_VERSION + 1)
     with pytest.raises(VerifyError, match="upgrade provision"):
         verify.compare(newer)
     odd = copy.deepcopy(passing_report())
@@ -506,7 +520,7 @@ def test_cpu_mode_verify_with_real_tensorflow(tf_env: TfEnv) -> None:
 def test_a_hang_in_one_check_fails_it_and_the_rest_still_run(tf_env: TfEnv) -> None:
     code, report = run_smoke(
         tf_env.python, "--timeout", "5", "--checks", "cuda_build,mixed_float16,mixed_bfloat16,xla",
-        env={st.FAULT_VAR: "hang:mixed_float16"},
+        env={FAULT_VAR: "hang:mixed_float16"},
     )  # fmt: skip
     assert code == 1
     checks = by_name(report)
@@ -516,35 +530,46 @@ def test_a_hang_in_one_check_fails_it_and_the_rest_still_run(tf_env: TfEnv) -> N
     assert [checks[c]["status"] for c in ("cuda_build", "mixed_bfloat16", "xla")] == ["pass"] * 3
 
 
+def purelib(python: Path) -> Path:
+    done = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return Path(done.stdout.strip())
+
+
 @pytest.mark.slow
 def test_the_memory_limit_hook_applies_after_tensorflow_imports(
     tf_env: TfEnv, tmp_path: Path
 ) -> None:
-    """The hook as install puts it (a .pth in a site dir) and the activation variable."""
+    """The hook as install puts it (a .pth in site-packages) and the activation variable: in a
+    venv that sees the TensorFlow venv's packages (a .pth), so the cached venv stays as it is."""
     m = matrix_module.load()
     release = m.release(tf_env.tf)
     spec = resolve(m, release.tf, "pip", tfvenv.python_for(release), "lim", GpuPolicy("1024", None))
     files = render_module.render(spec, m)
-    site_dir, boot = tmp_path / "site", tmp_path / "boot"
-    site_dir.mkdir()
-    boot.mkdir()
-    for rel in ("hooks/provision_gpu_policy.py", "hooks/provision_gpu_policy.pth", "smoke_test.py"):
+    venv = tmp_path / "venv"
+    subprocess.run([str(tf_env.python), "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site_dir = purelib(python)
+    (site_dir / "00-tensorflow-venv.pth").write_text(f"{purelib(tf_env.python)}\n")
+    for rel in ("hooks/provision_gpu_policy.py", "hooks/provision_gpu_policy.pth"):
         (site_dir / Path(rel).name).write_text(files[rel])
-    (boot / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
-    env = {"PYTHONPATH": str(boot), "PROVISION_GPU_MEMORY_LIMIT_MIB": "1024"}
-    python = tf_env.python
+    env = {"PROVISION_GPU_MEMORY_LIMIT_MIB": "1024"}
     probe = subprocess.run(
-        [str(python), "-c", "import tensorflow, provision_gpu_policy as h; print(h.applied)"],
+        [str(python), "-I", "-c", "import tensorflow, provision_gpu_policy as h; print(h.applied)"],
         capture_output=True, text=True, env={**os.environ, **env}, timeout=300,
     )  # fmt: skip
     assert probe.stdout.strip() == "{'limit_mib': 1024, 'gpus': 0, 'error': None}"
-    smoke = [str(python), str(site_dir / "smoke_test.py"), "--json", "--checks", "gpu_policy"]
-    done = subprocess.run(smoke, capture_output=True, text=True, env={**os.environ, **env})
-    check = json.loads(done.stdout)["checks"][0]
-    assert (check["status"], done.returncode) == ("pass", 0), check["reason"]
+    want = tmp_path / "expected.json"
+    want.write_text(json.dumps(expected(spec)))
+    args = ("--checks", "gpu_policy", "--expected", str(want))
+    code, report = run_smoke(python, *args, env=env)
+    check = report["checks"][0]
+    assert (check["status"], code) == ("pass", 0), check["reason"]
     assert "asks for 1024 MiB" in check["reason"]
-    done = subprocess.run(smoke, capture_output=True, text=True)  # not activated, hook not loaded
-    assert json.loads(done.stdout)["checks"][0]["reason"].startswith(
+    _, report = run_smoke(tf_env.python, *args, env=env)  # no hook in this environment
+    assert report["checks"][0]["reason"].startswith(
         "the start-up hook provision_gpu_policy was not loaded"
     )
 

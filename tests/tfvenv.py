@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from provision import install
+from provision import install, tools
 from provision.errors import InstallError
 from provision.matrix import Release
 
@@ -45,7 +45,7 @@ def ensure(release: Release) -> Path:
     if python.exists():
         return python
     try:
-        base = install.find_python(python_for(release))
+        base = tools.find_python(python_for(release))
     except InstallError as exc:
         pytest.skip(f"cannot build a TensorFlow {release.pin} venv here: {exc}")
     tmp = final.with_name(final.name + ".building")

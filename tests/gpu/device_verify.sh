@@ -10,8 +10,8 @@
 #    opened (TensorFlow's own search path has no cusolver folder; its log does not say which);
 # 3. as 1, plus a hard memory limit through the start-up hook (PROVISION_GPU_MEMORY_LIMIT_MIB):
 #    the gpu_policy and memory checks must show the limit in effect.
-# Expectations: the matrix's for TF 2.21 on the pip path at this machine's Python (what
-# `provision render --tf 2.21 --path pip --python X.Y` bakes into smoke_test.py). Reports:
+# Expectations: the matrix's for TF 2.21 on the pip path at this machine's Python, passed to the
+# payload's smoke test (its zipapp, built from this checkout) with --expected. Reports:
 # $OUT/smoke-ldpath.json, smoke-no-ldpath.json, smoke-memlimit.json (+ .txt: summary and any
 # stderr). XLA_FLAGS points at $SITE/nvidia/cuda_nvcc in every run, as the pip activation does.
 # Exit 0 when all three behave as said, 1 otherwise.
@@ -38,25 +38,39 @@ if ! "$PY" -m provision render --tf 2.21 --path pip --python "$pyver" --name tf2
 	exit 1
 fi
 libs=$(find "$SITE/nvidia" -mindepth 2 -maxdepth 2 -type d -name lib | LC_ALL=C sort | paste -sd:)
+# The zipapp provision runs, and the spec's expectations of each environment, as verify passes them.
+if ! "$PY" - "$work" "$pyver" <<'EOF'; then
+import json, pathlib, sys
+from provision import matrix, payload_app, spec
+work, python = pathlib.Path(sys.argv[1]), sys.argv[2]
+payload_app.write_zipapp(work / "payload.pyz")
+m = matrix.load()
+for name, policy in (("tf2.21", spec.GpuPolicy(None, None)), ("memlimit", spec.GpuPolicy("4096", None))):
+    want = spec.expected(spec.resolve(m, "2.21", "pip", python, name, policy))
+    (work / f"expected-{name}.json").write_text(json.dumps(want))
+EOF
+	echo "device_verify: cannot build the payload or its expectations with this Python" >&2
+	exit 1
+fi
 
-smoke() { # NAME SMOKE_TEST [VAR=VALUE...]: one run, JSON and summary into $OUT
-	local name=$1 script=$2
+smoke() { # NAME ENV [VAR=VALUE...]: one run with ENV's expectations, JSON and summary into $OUT
+	local name=$1 exp=$work/expected-$2.json
 	shift 2
-	env "$@" "$PY" "$script" --require-gpu --timeout "$TIMEOUT" --out "$OUT/$name.json" \
-		>"$OUT/$name.txt" 2>&1
+	env "$@" "$PY" "$work/payload.pyz" smoke --expected "$exp" --require-gpu --timeout "$TIMEOUT" \
+		--out "$OUT/$name.json" >"$OUT/$name.txt" 2>&1
 	local rc=$?
 	cat "$OUT/$name.txt"
 	return $rc
 }
 
 echo "== 1. LD_LIBRARY_PATH holds every nvidia/*/lib: everything must pass"
-if ! smoke smoke-ldpath "$work/envs/tf2.21/smoke_test.py" LD_LIBRARY_PATH="$libs"; then
+if ! smoke smoke-ldpath tf2.21 LD_LIBRARY_PATH="$libs"; then
 	echo "device_verify: FAILED: run 1 did not pass" >&2
 	status=1
 fi
 
 echo "== 2. no LD_LIBRARY_PATH: must fail, naming libcusolver.so.11"
-if smoke smoke-no-ldpath "$work/envs/tf2.21/smoke_test.py" -u LD_LIBRARY_PATH; then
+if smoke smoke-no-ldpath tf2.21 -u LD_LIBRARY_PATH; then
 	echo "device_verify: FAILED: run 2 passed" >&2
 	status=1
 elif ! "$PY" - "$OUT/smoke-no-ldpath.json" <<'EOF'; then
@@ -76,7 +90,7 @@ mkdir -p "$work/site" "$work/boot"
 cp "$work/envs/memlimit/hooks/provision_gpu_policy.py" "$work/envs/memlimit/hooks/provision_gpu_policy.pth" "$work/site/"
 # What `provision install` does (the .pth in site-packages), for a --target install.
 printf 'import site\nsite.addsitedir(%s)\n' "'$work/site'" >"$work/boot/sitecustomize.py"
-if ! smoke smoke-memlimit "$work/envs/memlimit/smoke_test.py" LD_LIBRARY_PATH="$libs" \
+if ! smoke smoke-memlimit memlimit LD_LIBRARY_PATH="$libs" \
 	PYTHONPATH="$work/boot:$PYTHONPATH" PROVISION_GPU_MEMORY_LIMIT_MIB=4096; then
 	echo "device_verify: FAILED: run 3 did not pass" >&2
 	status=1

@@ -1,0 +1,224 @@
+"""Environments as users use them: found by name from any directory, listed, shown, run in,
+removed, exported, and told apart from copies. Real venvs from a small real wheel served by the
+test's own index (tests/test_install.py), through the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_install import Env, Index, env, index, run_cli  # noqa: F401 (fixtures)
+
+from provision import environment, install
+
+PROVISION = [sys.executable, "-m", "provision"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def provision(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*PROVISION, *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+@pytest.fixture
+def built(index: Index, env: Env) -> Env:  # noqa: F811
+    env.lock(index.add("1.0"))
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 0, out
+    return env
+
+
+def test_nothing_built_yet_says_how_to_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))
+    code, out = run_cli("list")
+    assert code == 0 and "no environments built yet (provision create --tf X.Y" in out
+    assert run_cli("list", "--json") == (0, "[]\n")
+    assert not (tmp_path / "home").exists()  # listing writes nothing
+
+
+def test_a_built_environment_is_found_by_name_from_any_directory(
+    built: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # no envs/ here: only the registry knows where tiny lives
+    code, out = run_cli("list")
+    assert code == 0, out
+    row = next(line for line in out.splitlines() if line.startswith("tiny "))
+    assert str(built.prefix) in row and " pip " in row and "never verified" in row
+    code, out = run_cli("show", "tiny")
+    assert code == 0, out
+    assert f"directory    {built.dir}" in out and f"prefix       {built.prefix}" in out
+    assert f"activate     . {built.prefix}/bin/activate" in out
+    data = json.loads(run_cli("list", "--json")[1])
+    assert [(d["name"], d["state"], d["prefix"]) for d in data] == [
+        ("tiny", "built", str(built.prefix))
+    ]
+    # A second install of the same lock from anywhere changes nothing and keeps the record.
+    code, out = run_cli("install", "tiny")
+    assert code == 0 and "nothing to do" in out
+
+
+def test_run_executes_inside_the_environment_with_its_exit_code(built: Env, tmp_path: Path) -> None:
+    home = {"PROVISION_HOME": str(built.home)}
+    os.environ.update(home)
+    try:
+        done = provision(
+            "run", "tiny", "--", "python", "-c",
+            "import os, sys, provision_tiny; print(sys.prefix, os.environ['VIRTUAL_ENV'])",
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [str(built.prefix), str(built.prefix)]
+        # The activation's policy applies: the fixture renders --gpus 0 --gpu-memory growth.
+        done = provision(
+            "run", "tiny", "--", "sh", "-c",
+            'echo "$CUDA_VISIBLE_DEVICES $TF_FORCE_GPU_ALLOW_GROWTH"; exit 7', cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 7 and done.stdout.split() == ["0", "true"]
+        done = provision("run", "tiny", "--", "no-such-program-here", cwd=tmp_path)
+        assert done.returncode == 2 and "no-such-program-here: no such command" in done.stderr
+        done = provision("run", "tiny", cwd=tmp_path)
+        assert done.returncode == 2 and "Missing argument" in done.stderr
+    finally:
+        for key in home:
+            os.environ.pop(key)
+
+
+def test_remove_deletes_only_what_provision_built(built: Env) -> None:
+    code, out = run_cli("remove", "tiny")
+    assert code == 0, out
+    assert f"removed {built.prefix}" in out
+    assert not built.prefix.exists()
+    assert (built.dir / "requirements.lock").is_file()  # the reviewed inputs and lock stay
+    assert run_cli("list")[1].startswith("no environments built yet")
+    code, out = run_cli("remove", "tiny")
+    assert code == 2 and "tiny is not registered" in out
+
+
+def test_remove_leaves_a_prefix_that_is_not_provisions(built: Env) -> None:
+    (built.prefix / install.MARKER).unlink()
+    code, out = run_cli("remove", "tiny")
+    assert code == 0, out
+    assert f"left {built.prefix}: it has no provision build marker" in out
+    assert (built.prefix / "bin" / "python").exists()
+
+
+def test_remove_keep_prefix(built: Env) -> None:
+    code, out = run_cli("remove", "tiny", "--keep-prefix")
+    assert code == 0 and "left" in out and "--keep-prefix" in out
+    assert (built.prefix / "bin" / "python").exists()
+
+
+def test_verify_by_name_from_anywhere_records_its_result(
+    built: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No TensorFlow in the small environment: verify runs, fails on it, and says so; the
+    registry keeps the result, which list, show and doctor report."""
+    monkeypatch.chdir(tmp_path)
+    code, out = run_cli("verify", "tiny", "--timeout", "60")
+    assert code == 1, out
+    assert "verify: FAIL" in out and "tensorflow" in out
+    assert "CPU only: no NVIDIA driver)" in out.splitlines()[-1]
+    row = next(line for line in run_cli("list")[1].splitlines() if line.startswith("tiny "))
+    assert " FAIL " in row and " CPU " in row
+    shown = run_cli("show", "tiny")[1]
+    assert "verify       FAIL" in shown
+    code, out = run_cli("doctor", "--json")
+    registered = json.loads(out)["registered"]
+    assert [r["name"] for r in registered] == ["tiny"]
+    assert registered[0]["last_verify"].startswith("FAIL")
+    assert any(str(built.prefix) in line for line in run_cli("doctor")[1].splitlines())
+
+
+def test_a_copied_environment_directory_is_refused_until_rendered_under_its_name(
+    built: Env,
+) -> None:
+    copy = built.out / "my-copy"
+    shutil.copytree(built.dir, copy)
+    for argv in (["install", "my-copy"], ["lock", "my-copy"], ["verify", "my-copy"]):
+        code, out = run_cli(*argv, "--out", str(built.out))
+        assert code == 1, (argv, out)
+        assert "was rendered for 'tiny', not 'my-copy' (a copied directory?)" in out
+        assert "--name my-copy" in out
+    assert not (built.home / "envs" / "my-copy").exists()
+
+
+def test_a_hand_edited_runtime_is_refused_by_install(built: Env) -> None:
+    runtime = built.dir / environment.RUNTIME
+    runtime.write_text(runtime.read_text() + "PROVISION_GPUS='1'\n")
+    code, out = run_cli("install", "tiny", "--out", str(built.out))
+    assert code == 1 and "hooks/runtime.env changed since provision rendered it" in out
+    assert "--force" in out
+
+
+def test_names_that_could_escape_are_usage_errors(tmp_path: Path) -> None:
+    for name in ("../x", "a/b", ".hidden", ""):
+        code, out = run_cli("show", name, "--out", str(tmp_path))
+        assert code == 2, (name, out)
+        assert "is not usable" in out
+
+
+def test_schema_1_manifests_are_still_read(tmp_path: Path) -> None:
+    """The provision.json render wrote before the environment had an owner."""
+    folder = tmp_path / "tf2.13-pip"
+    folder.mkdir()
+    (folder / "provision.json").write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "files": {},
+                "request": {
+                    "tf": "2.13",
+                    "path": "pip",
+                    "python": "3.11",
+                    "name": "tf2.13-pip",
+                    "gpu_memory": None,
+                    "gpus": "0",
+                },
+            }
+        )
+    )
+    found = environment.load(folder)
+    assert (found.name, found.path, found.python, found.request.gpus) == (
+        "tf2.13-pip",
+        "pip",
+        "3.11",
+        "0",
+    )
+    assert found.spec.release.pin.startswith("2.13")
+    (folder.parent / "renamed").mkdir()
+    shutil.copy(folder / "provision.json", folder.parent / "renamed" / "provision.json")
+    with pytest.raises(environment.ManifestError, match="a copied directory"):
+        environment.load(folder.parent / "renamed")
+
+
+def test_export_is_self_contained(built: Env, tmp_path: Path) -> None:
+    dest = tmp_path / "export"
+    code, out = run_cli("export", "tiny", str(dest), "--out", str(built.out))
+    assert code == 0, out
+    names = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert {"README.md", "provision.json", "requirements.lock", "requirements.in"} <= set(names)
+    assert {"smoke-test.pyz", "hooks/runtime.env", "hooks/provision_env_hook.py"} <= set(names)
+    # The smoke test runs from the export with the environment's own interpreter: no TensorFlow
+    # there, so its report says so, but it is a report.
+    done = subprocess.run(
+        [built.prefix / "bin" / "python", "-I", dest / "smoke-test.pyz", "smoke", "--json",
+         "--timeout", "60"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    report = json.loads(done.stdout)
+    assert report["schema"] == "provision-smoke-report"
+    assert report["environment"].get("tensorflow") is None
+    code, out = run_cli("export", "tiny", str(dest), "--out", str(built.out))
+    assert code == 2 and "exists" in out
