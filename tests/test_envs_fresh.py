@@ -26,3 +26,35 @@ def test_committed_envs_are_fresh() -> None:
     )
     fresh = [ln for ln in proc.stdout.splitlines() if ln.startswith("fresh envs/")]
     assert fresh, "envs/ holds no environment at all"
+
+
+def _lines(paths: list[Path]) -> int:
+    return sum(len(p.read_text(encoding="utf-8").splitlines()) for p in paths)
+
+
+def test_envs_commits_inputs_hooks_manifest_and_locks_only() -> None:
+    """What runs inside environments ships once, from the package: no generated copies in envs/,
+    and the generated lines committed outside locks stay within 10 % of the product's own."""
+    from provision import environment
+
+    allowed = {environment.MANIFEST, environment.RUNTIME}
+    for files in environment.INPUT_FILES.values():
+        allowed.update(files)
+    allowed.update(environment.LOCK_FILES.values())
+    committed = subprocess.run(
+        ["git", "ls-files", "envs"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    if not committed:  # not a git checkout (an sdist): nothing committed to judge
+        return
+    unexpected = sorted(p for p in committed if p.split("/", 2)[2] not in allowed)
+    assert not unexpected, f"envs/ commits more than inputs, hooks, manifest and locks: {unexpected}"
+    generated = [
+        ROOT / p for p in committed if Path(p).name not in environment.LOCK_FILES.values()
+    ]
+    product = [
+        p
+        for p in (ROOT / "provision").rglob("*")
+        if p.suffix in (".py", ".sh") and "__pycache__" not in p.parts
+    ]
+    share = _lines(generated) / _lines(product)
+    assert share <= 0.10, f"envs/ commits {share:.1%} of the product's lines outside locks"

@@ -157,7 +157,8 @@ def edit_pip_part(d: Path) -> None:
 def reword_inputs(d: Path) -> None:
     """Comments reworded, blank lines, another order and quoting: the same inputs."""
     env = (d / "environment.yml").read_text().splitlines()
-    deps = [i for i, line in enumerate(env) if line.startswith("  - ") and "pip:" not in line]
+    start = env.index("dependencies:")
+    deps = [i for i, ln in enumerate(env) if i > start and ln.startswith("  - ") and ":" not in ln]
     first, last = deps[0], deps[-1]
     env[first], env[last] = env[last], env[first]
     env = [line.replace("  - pip", '  - "pip"') if line == "  - pip" else line for line in env]

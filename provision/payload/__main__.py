@@ -15,7 +15,7 @@ def _name() -> str:
     first = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if first and first not in ("__main__.py", "-c"):
         return first
-    return "python -m " + __name__.rpartition(".")[0]
+    return "python -m " + (__package__ or "provision.payload")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
