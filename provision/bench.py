@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from provision import _proc
-from provision.errors import ProvisionError, UsageError
+from provision.errors import ProvisionError
 from provision.payload_app import payload_argv
 
 
@@ -62,32 +62,19 @@ def bench_argv(python: Path, options: Mapping[str, Any], json_out: Path) -> list
     return payload_argv(python, "bench", args)
 
 
-def locate(name: str | None, out: Path, python: Path | None) -> tuple[Path, dict[str, str]]:
-    """The interpreter of envs/NAME's built environment and the variables its activation sets."""
-    from provision import install
-
-    if python is not None:
-        return python, {}
-    if name is None:
-        raise UsageError("give an environment NAME, or --python EXE")
-    return install.locate(Path(out) / name)
-
-
 def run(
-    name: str | None,
+    python: Path,
     *,
-    out: Path,
-    python: Path | None,
     options: Mapping[str, Any],
     plot: Path | None,
     timeout: float = 3600,
 ) -> BenchResult:
-    exe, env = locate(name, out, python)
+    """The benchmark with an environment's interpreter, as it is: its own hook finds CUDA."""
+    if not Path(python).exists():
+        raise BenchError(f"no interpreter at {python}")
     with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
         report_file = Path(tmp) / "report.json"
-        done = _proc.run(
-            bench_argv(exe, options, report_file), env=env, timeout=timeout, check=False
-        )
+        done = _proc.run(bench_argv(python, options, report_file), timeout=timeout, check=False)
         if not report_file.is_file():
             raise BenchError(
                 f"the benchmark failed (exit {done.returncode}): {done.last_line()[-300:]}"

@@ -330,13 +330,13 @@ def doctor_cmd(tf: str | None, as_json: bool, root: Path | None) -> None:
 
     Exit 0 when the host can run the release asked for (any release without --tf), 1 otherwise.
     """
-    from provision import doctor, matrix
+    from provision import doctor, doctor_report, matrix
 
     result = doctor.run(tf=tf, root=root)
     if as_json:
         emit_json(result.to_json())
     else:
-        click.echo(doctor.render(result, matrix.load()))
+        click.echo(doctor_report.render(result, matrix.load()))
     if not result.ok:
         sys.exit(1)
 
@@ -429,12 +429,11 @@ def bench_cmd(
     """Multi-GPU scaling and mixed precision: images/s, accuracy, speed-up, matmul TFLOP/s."""
     from provision import bench, environment
 
-    folder = Path("envs")
-    if name is not None:
-        found = _find(name, out)
-        folder = found.env.root.parent
-        python = python or environment.interpreter(found.prefix)
-    result = bench.run(name, out=folder, python=python, options=options, plot=plot)
+    if name is not None and python is None:
+        python = environment.interpreter(_find(name, out).prefix)
+    if python is None:
+        raise click.UsageError("give an environment NAME, or --python EXE")
+    result = bench.run(python, options=options, plot=plot)
     if as_json:
         emit_json(result.report)
     else:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from provision import install, matrix
+from provision import install, matrix, tools
 from provision.create import VERIFY_MARKER
 
 PROVISION = [sys.executable, "-m", "provision"]
@@ -164,7 +164,7 @@ def test_create_pip_builds_verified_tensorflow(
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     ).stdout.split()  # fmt: skip
     # The default Python: the newest the release supports that this host has.
-    have = [v for v in release.python if install.python_candidates(v)]
+    have = [v for v in release.python if tools.python_candidates(v)]
     assert version == [release.pin, *have[-1].split(".")]
     prefix = Path(str(data["prefix"]))
     assert install.state_of(prefix) == "complete"
@@ -233,3 +233,85 @@ def test_create_conda_against_a_local_channel(
     assert statuses(summary(again)) == [
         (s, "skipped") for s in ("render", "lock", "install", "verify")
     ]
+
+
+KERNEL_CODE = """
+import json, os, sys
+import tensorflow as tf
+import provision_env_hook as hook
+print(json.dumps({
+    "prefix": sys.prefix,
+    "devices": [d.device_type for d in tf.config.list_physical_devices()],
+    "loaded": len(hook.state["loaded"]),
+    "activated": "VIRTUAL_ENV" in os.environ,
+}))
+"""
+
+
+def _run_in_kernel(kernel_name: str, code: str) -> dict[str, object]:
+    """Start the kernel as Jupyter does (jupyter_client), run code, return what it printed."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name=kernel_name, startup_timeout=180)
+    printed: list[str] = []
+
+    def collect(msg: dict[str, object]) -> None:
+        content = msg["content"]
+        if msg["msg_type"] == "stream" and isinstance(content, dict):
+            printed.append(str(content["text"]))
+
+    try:
+        reply = kc.execute_interactive(code, output_hook=collect, timeout=300)
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    data: dict[str, object] = json.loads("".join(printed).strip().splitlines()[-1])
+    return data
+
+
+@pytest.mark.slow
+def test_an_environment_works_without_activation_and_as_a_jupyter_kernel(
+    tmp_path: Path, home: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """create --jupyter, then the interpreter alone (as IDEs and cron run it), `provision kernel`
+    and a real kernel started through jupyter_client: TensorFlow imports, the environment's CUDA
+    libraries are loaded by its own start-up hook, nothing was activated."""
+    tf = "2.13"
+    if not tools.has_python(matrix.load().release(tf).python[-1]):
+        pytest.skip(f"TensorFlow {tf} needs Python {matrix.load().release(tf).python[-1]} here")
+    jupyter = {"JUPYTER_DATA_DIR": str(tmp_path / "jupyter"), "JUPYTER_PATH": ""}
+    env = {**home, **jupyter}
+    out = tmp_path / "envs"
+    done = provision("create", "--tf", tf, "--path", "pip", "--jupyter", "--out", str(out), env=env)
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    gpu_host = Path("/proc/driver/nvidia/version").exists()
+    if not gpu_host:
+        assert "ready (CPU only: no NVIDIA driver) at" in last
+    prefix = Path(home["PROVISION_HOME"]) / "envs" / f"tf{tf}-pip"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    verified = subprocess.run(
+        [*PROVISION, "verify", "--python", str(prefix / "bin" / "python")],
+        capture_output=True, text=True, cwd=elsewhere, timeout=900,
+        env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert verified.stdout.strip().splitlines()[-1].startswith("verify: PASS")
+
+    kernel = provision("kernel", f"tf{tf}-pip", env=env)
+    assert kernel.returncode == 0, kernel.stderr
+    spec = json.loads(
+        (tmp_path / "jupyter" / "kernels" / f"provision-tf{tf}-pip" / "kernel.json").read_text()
+    )
+    assert spec["argv"][0] == str(prefix / "bin" / "python")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("VIRTUAL_ENV", raising=False)
+    seen = _run_in_kernel(f"provision-tf{tf}-pip", KERNEL_CODE)
+    assert seen["prefix"] == str(prefix) and seen["activated"] is False
+    assert "CPU" in seen["devices"]  # type: ignore[operator]
+    assert int(str(seen["loaded"])) >= 5  # NVIDIA's CUDA wheels, loaded by the hook
+    if gpu_host:
+        assert "GPU" in seen["devices"]  # type: ignore[operator]

@@ -21,7 +21,7 @@ import pytest
 from fakehost import FakeHost
 from packaging.version import Version
 
-from provision import doctor, host, matrix
+from provision import doctor, doctor_report, host, matrix
 from provision.matrix import Release
 
 M = matrix.load()
@@ -553,7 +553,7 @@ def test_json_round_trip_renders_the_same_report(make: Callable[..., FakeHost]) 
     d = doctor.diagnose(report, M, None, doctor.matrix_digest())
     again = doctor.Diagnosis.from_json(json.loads(json.dumps(d.to_json())))
     assert again == d
-    assert doctor.render(again, M) == doctor.render(d, M)
+    assert doctor_report.render(again, M) == doctor_report.render(d, M)
 
 
 def test_unknown_release_is_one_line_and_exit_1(make: Callable[..., FakeHost]) -> None:
@@ -575,7 +575,7 @@ def test_real_h200_report_makes_sense() -> None:
     assert all(g.uuid == f"GPU-{g.index}" for g in h.gpus)
     assert Version(h.driver.cuda) >= Version("12.0") and h.driver.source in ("nvml", "nvidia-smi")
     assert h.driver.kernel_module in ("", h.driver.version)
-    text = doctor.render(d, M)
+    text = doctor_report.render(d, M)
     assert "NVIDIA H200" in text and "Verdicts" in text
     # Today's matrix judging the same host: no driver or GPU refusal for a CUDA 12 release.
     now = doctor.diagnose(h, M, d.tf)

@@ -47,7 +47,7 @@ def test_envs_commits_inputs_hooks_manifest_and_locks_only() -> None:
     if not committed:  # not a git checkout (an sdist): nothing committed to judge
         return
     unexpected = sorted(p for p in committed if p.split("/", 2)[2] not in allowed)
-    assert not unexpected, f"envs/ commits more than inputs, hooks, manifest and locks: {unexpected}"
+    assert not unexpected, f"envs/ commits more than inputs, hooks, manifest, locks: {unexpected}"
     generated = [
         ROOT / p for p in committed if Path(p).name not in environment.LOCK_FILES.values()
     ]

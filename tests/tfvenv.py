@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from provision import install, tools
+from provision import tools
 from provision.errors import InstallError
 from provision.matrix import Release
 

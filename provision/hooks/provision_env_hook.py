@@ -15,8 +15,14 @@ Right after the import, a memory limit gives every visible GPU one logical devic
 `state` records what happened; the smoke test reports it. Stdlib only, Python >= 3.8.
 """
 
+from __future__ import annotations
+
 import os
 import sys
+
+TYPE_CHECKING = False  # not `typing`: every Python start in the environment imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 RUNTIME = os.path.join("etc", "provision", "runtime.env")
 LIMIT_VAR = "PROVISION_GPU_MEMORY_LIMIT_MIB"
@@ -25,7 +31,7 @@ STEMS = (
     "libcudart.", "libcublasLt.", "libcublas.", "libcufft.", "libcurand.", "libcusolver.",
     "libcusparse.", "libnvJitLink.", "libcudnn", "libnccl.", "libnvrtc", "libcupti.",
 )  # fmt: skip
-state = {
+state: dict[str, Any] = {
     "runtime": None,  # the runtime.env read, or None
     "variables": {},  # what was set in os.environ
     "loaded": [],  # libraries loaded, in order
@@ -37,8 +43,8 @@ state = {
 }
 
 
-def _read_runtime(path):
-    values = {}
+def _read_runtime(path: str) -> dict[str, str]:
+    values: dict[str, str] = {}
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             line = line.strip()
@@ -51,10 +57,10 @@ def _read_runtime(path):
     return values
 
 
-def _library_dirs(prefix, values):
+def _library_dirs(prefix: str, values: dict[str, str]) -> list[str]:
     import glob
 
-    found = []
+    found: list[str] = []
     for entry in filter(None, values.get("PROVISION_LIBRARY_DIRS", "").split(":")):
         pattern = entry if os.path.isabs(entry) else os.path.join(prefix, entry)
         found.extend(sorted(p for p in glob.glob(pattern) if os.path.isdir(p)))
@@ -64,9 +70,9 @@ def _library_dirs(prefix, values):
     return found
 
 
-def _candidates(dirs):
-    seen = set()
-    out = []
+def _candidates(dirs: list[str]) -> list[str]:
+    seen: set[str] = set()
+    out: list[str] = []
     for folder in dirs:
         try:
             names = sorted(os.listdir(folder))
@@ -82,16 +88,16 @@ def _candidates(dirs):
     return out
 
 
-def _load_libraries(paths):
+def _load_libraries(paths: list[str]) -> None:
     """Load each with RTLD_GLOBAL; one whose dependencies are not loaded yet is retried."""
     import ctypes
     import time
 
     start = time.monotonic()
     pending = list(paths)
-    errors = {}
+    errors: dict[str, str] = {}
     while pending:
-        left = []
+        left: list[str] = []
         for path in pending:
             try:
                 ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -108,21 +114,29 @@ def _load_libraries(paths):
     state["seconds"] = round(time.monotonic() - start, 3)
 
 
-def _setdefault(name, value):
+def _setdefault(name: str, value: str) -> None:
     if name not in os.environ:
         os.environ[name] = value
         state["variables"][name] = value
 
 
-def prepare():
-    """Everything that must happen before TensorFlow's code runs."""
-    prefix = sys.prefix
-    path = os.path.join(prefix, RUNTIME)
+def _runtime() -> dict[str, str] | None:
+    path = os.path.join(sys.prefix, RUNTIME)
     try:
         values = _read_runtime(path)
     except OSError:
-        return
+        return None
     state["runtime"] = path
+    return values
+
+
+def apply_policy() -> dict[str, str] | None:
+    """The environment's variables, where the process has not set its own; cheap, no loading.
+    The smoke test calls it before starting its checks, so its report shows what is in effect."""
+    values = _runtime()
+    if values is None:
+        return None
+    prefix = sys.prefix
     if values.get("PROVISION_GPUS"):
         _setdefault("CUDA_VISIBLE_DEVICES", values["PROVISION_GPUS"])
     memory = values.get("PROVISION_GPU_MEMORY", "")
@@ -140,10 +154,17 @@ def prepare():
     if xla and "--xla_gpu_cuda_data_dir" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " " if flags else "") + "--xla_gpu_cuda_data_dir=" + xla
         state["variables"]["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
-    _load_libraries(_candidates(_library_dirs(prefix, values)))
+    return values
 
 
-def apply_limit(tf):
+def prepare() -> None:
+    """Everything that must happen before TensorFlow's code runs."""
+    values = apply_policy()
+    if values is not None:
+        _load_libraries(_candidates(_library_dirs(sys.prefix, values)))
+
+
+def apply_limit(tf: Any) -> None:
     """A hard memory limit per GPU; TensorFlow has no variable for it."""
     if not os.environ.get(LIMIT_VAR):
         return
@@ -166,7 +187,7 @@ def apply_limit(tf):
 class _BeforeTensorFlow:
     """Finds `tensorflow` through the other finders and wraps its loader's exec_module."""
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != "tensorflow":
             return None
         sys.meta_path.remove(self)  # once is enough, and the finders below must not see us
@@ -181,7 +202,7 @@ class _BeforeTensorFlow:
         if original is None:
             return spec
 
-        def exec_module(module):
+        def exec_module(module: Any) -> None:
             try:
                 prepare()
             except Exception as exc:  # never stop TensorFlow from importing
@@ -192,7 +213,7 @@ class _BeforeTensorFlow:
         spec.loader.exec_module = exec_module
         return spec
 
-    def invalidate_caches(self):
+    def invalidate_caches(self) -> None:
         pass
 
 

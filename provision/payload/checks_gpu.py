@@ -10,9 +10,9 @@ from typing import Any, Dict
 from . import probes
 from .context import Ctx
 from .judge import judge_compute, version_tuple
-from .report import FAIL, MEMORY_LIMIT_VAR, PASS, SKIP, WARN, Result, result
+from .report import FAIL, HOOK_MODULE, MEMORY_LIMIT_VAR, PASS, SKIP, WARN, Result, result
 
-HOOK_MODULE = "provision_gpu_policy"
+NOT_APPLIED = "neither the environment's start-up hook nor its activation applied it"
 MATMUL_N = 8192
 MATMUL_KINDS = (  # name, dtype, TF32 on?, tolerated relative error
     ("fp32", "float32", False, 1e-5),
@@ -63,8 +63,8 @@ def check_gpu_policy(ctx: Ctx) -> Result:
         seen = env["CUDA_VISIBLE_DEVICES"]
         if seen != str(want_dev):
             problems.append(
-                f"CUDA_VISIBLE_DEVICES is {seen!r}, the environment sets {want_dev!r}: is it "
-                "activated?"
+                f"CUDA_VISIBLE_DEVICES is {seen!r}, the environment sets {want_dev!r}: "
+                + NOT_APPLIED
             )
         elif ctx.gpus and len(ctx.gpus) != len(str(want_dev).split(",")):
             problems.append(
@@ -78,8 +78,9 @@ def check_gpu_policy(ctx: Ctx) -> Result:
     if want_mem == "growth":
         if env["TF_FORCE_GPU_ALLOW_GROWTH"] != "true":
             problems.append(
-                "TF_FORCE_GPU_ALLOW_GROWTH is {!r}, the environment sets 'true': is it "
-                "activated?".format(env["TF_FORCE_GPU_ALLOW_GROWTH"])
+                "TF_FORCE_GPU_ALLOW_GROWTH is {!r}, the environment sets 'true': {}".format(
+                    env["TF_FORCE_GPU_ALLOW_GROWTH"], NOT_APPLIED
+                )
             )
         else:
             done.append("memory growth (TF_FORCE_GPU_ALLOW_GROWTH=true)")
@@ -94,7 +95,7 @@ def check_gpu_policy(ctx: Ctx) -> Result:
         elif env[MEMORY_LIMIT_VAR] != str(want):
             problems.append(
                 f"{MEMORY_LIMIT_VAR} is {env[MEMORY_LIMIT_VAR]!r}, the environment sets {want}: "
-                "is it activated?"
+                + NOT_APPLIED
             )
         elif ctx.gpus:
             for g in ctx.gpus:

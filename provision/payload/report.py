@@ -29,7 +29,7 @@ Checks and their details:
   gpus                {gpus: [{index, name, compute_capability, status, reason}], host_gpus}
   gpu_policy          {CUDA_VISIBLE_DEVICES, TF_FORCE_GPU_ALLOW_GROWTH,
                        PROVISION_GPU_MEMORY_LIMIT_MIB, limits_mib}: a hard limit is applied by
-                       the provision_gpu_policy start-up hook, which this check looks for
+                       the provision_env_hook start-up hook, which this check looks for
   memory              {gpus: [{index, growth, limit_mib, current_mib, peak_mib,
                        device_used_mib, device_total_mib}]}
   matmul              {gpus: [{index, name, n, tflops {fp32, tf32, fp16, bf16},
@@ -73,6 +73,8 @@ PARENT_CHECKS = ("logs",)  # judged from the children's stderr, after they have 
 DEFAULT_TIMEOUT = 180.0  # seconds one check may take before it counts as hung
 SETUP_TIMEOUT = 300.0  # seconds importing TensorFlow and finding the GPUs may take
 MEMORY_LIMIT_VAR = "PROVISION_GPU_MEMORY_LIMIT_MIB"
+# The start-up hook `provision install` puts into every environment (provision/hooks/).
+HOOK_MODULE = "provision_env_hook"
 REPORTED_VARIABLES = (
     "CUDA_VISIBLE_DEVICES",
     "TF_FORCE_GPU_ALLOW_GROWTH",

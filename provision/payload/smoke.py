@@ -25,6 +25,7 @@ Exit status: 0 when no check failed, 1 when one did, 2 on a usage error.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -38,6 +39,7 @@ from .report import (
     CHECKS,
     DEFAULT_TIMEOUT,
     FAIL,
+    HOOK_MODULE,
     PARENT_CHECKS,
     REPORTED_VARIABLES,
     SCHEMA,
@@ -53,6 +55,14 @@ from .runner import run_all
 
 
 def _variables() -> Dict[str, str]:
+    """The variables in effect, the environment's own GPU policy included: an environment built by
+    provision applies it when TensorFlow is imported (its start-up hook), with no activation, and
+    the checks run in children that inherit what the hook sets here."""
+    hook = sys.modules.get(HOOK_MODULE)
+    apply_policy = getattr(hook, "apply_policy", None)
+    if callable(apply_policy):
+        with contextlib.suppress(Exception):  # the checks below report what is missing
+            apply_policy()
     return {k: os.environ[k] for k in REPORTED_VARIABLES if k in os.environ}
 
 
