@@ -405,12 +405,30 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# The first line of the venv's deactivate: undo the hooks of the environment that is active (this
+# one, or another provision venv, since bin/activate starts with `deactivate nondestructive`).
+_VENV_UNDO = (
+    '    _provision_undo="${_PROVISION_HOOKED:-}/etc/provision/deactivate.sh"; '
+    'if [ -n "${_PROVISION_HOOKED:-}" ] && [ -f "$_provision_undo" ]; then . "$_provision_undo"; '
+    "fi; unset _PROVISION_HOOKED _provision_undo  # provision hooks\n"
+)
+
+
 def _hook_venv_activate(activate: Path) -> None:
+    """bin/activate runs the hooks; its deactivate undoes them. POSIX sh, as bin/activate is."""
     block = (HOOKS_DIR / "venv-activate-block.sh").read_text(encoding="utf-8")
     text = activate.read_text(encoding="utf-8")
     if _VENV_BLOCK_BEGIN in text:
         text = text[: text.index(_VENV_BLOCK_BEGIN)]
-    _write(activate, text.rstrip("\n") + "\n" + block)
+    lines = [ln for ln in text.rstrip("\n").split("\n") if not ln.endswith("  # provision hooks")]
+    try:
+        at = lines.index("deactivate () {") + 1
+    except ValueError:
+        raise InstallError(
+            f"{activate} defines no deactivate () {{: not a venv's activate"
+        ) from None
+    lines.insert(at, _VENV_UNDO.rstrip("\n"))
+    _write(activate, "\n".join(lines) + "\n" + block)
 
 
 # Variables a shell sets for itself; they are not part of what activation changes.

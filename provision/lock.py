@@ -776,27 +776,19 @@ def _descendants() -> dict[int, str]:
 
 
 def _stop(pids: Iterable[tuple[int, str]]) -> None:
-    """SIGTERM, a moment's grace, then SIGKILL, for each process that is still the same one."""
-    targets = set(pids)
+    """SIGTERM, a moment's grace, then SIGKILL, for each process that is still the same one;
+    then collect those that were our own children (conda-lock, an orphan re-parented to us)."""
+    everyone = targets = set(pids)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid, _ in targets:
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + STOP_GRACE_S
         while targets and time.monotonic() < deadline:
-            _reap(targets)
+            time.sleep(0.02)
             live = _descendants()
             targets = {(pid, start) for pid, start in targets if live.get(pid) == start}
-            if targets:
-                time.sleep(0.02)
-        if not targets:
-            break
-    _reap(targets)
-
-
-def _reap(pids: Iterable[tuple[int, str]]) -> None:
-    """Collect those that are our own children (an orphan re-parented to us, conda-lock)."""
-    for pid, _ in pids:
+    for pid, _ in everyone:
         with contextlib.suppress(OSError):
             os.waitpid(pid, os.WNOHANG)
 

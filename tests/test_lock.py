@@ -296,36 +296,83 @@ def test_unknown_environment_lists_the_known_ones(tmp_path: Path) -> None:
     assert ", ".join(sorted([first, second])) in result.output
 
 
-def test_failed_or_interrupted_lock_keeps_the_previous_lockfile(
-    locked_cuda11: Path,
-    tmp_path: Path,
-    local_channel: localchannel.Channel,
-    stalling_server: localchannel.StallingServer,
-    offline: list[str],
+def test_failed_lock_keeps_the_previous_lockfile(
+    locked_cuda11: Path, tmp_path: Path, local_channel: localchannel.Channel, offline: list[str]
 ) -> None:
     out, name = copy_envs(locked_cuda11, tmp_path)
     lock_file = out / name / "conda-lock.yml"
     before = lock_file.read_bytes()
-    # A lock that fails (the solver says no) ...
-    edit_virtual_cuda = (
-        (out / name / "virtual-packages.yml")
-        .read_text()
-        .replace('__cuda: "11.8"', '__cuda: "10.2"')
-    )
-    (out / name / "virtual-packages.yml").write_text(edit_virtual_cuda)
+    vp = out / name / "virtual-packages.yml"
+    vp.write_text(vp.read_text().replace('__cuda: "11.8"', '__cuda: "10.2"'))  # the solver says no
     assert conda_lock(out, name, local_channel, offline).exit_code == 1
     assert lock_file.read_bytes() == before
-    # ... and one interrupted while conda-lock's solver waits for a channel's repodata.
+    assert [p.name for p in (out / name).iterdir() if p.name.startswith(".")] == []
+
+
+def session(sid: int) -> list[str]:
+    """'pid command line' of every live process (zombies aside) of session `sid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        if stat[0] != "Z" and int(stat[3]) == sid:
+            found.append(f"{entry} {argv.strip()}")
+    return found
+
+
+IGNORE_SIGINT_THEN_EXEC = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+@pytest.mark.parametrize("how", ["process-group", "provision-only", "started-ignoring-sigint"])
+def test_interrupted_lock_stops_its_whole_tree_and_keeps_the_previous_lockfile(
+    how: str, locked_cuda11: Path, tmp_path: Path, stalling_server: localchannel.StallingServer
+) -> None:
+    """SIGINT while conda-lock's solver waits for a channel's repodata: provision and everything
+    it started are gone within seconds, and the previous lock is as it was. Ctrl-C at a terminal
+    signals the process group; a supervisor or `kill -INT` signals provision alone; a background
+    job of a non-interactive shell (`provision lock ... &` in a script, some CI runners) starts
+    with SIGINT ignored, which every process inherits."""
+    out, name = copy_envs(locked_cuda11, tmp_path)
+    lock_file = out / name / "conda-lock.yml"
+    before = lock_file.read_bytes()
     exe = Path(sys.executable).parent / "provision"
-    proc = subprocess.Popen(
-        [str(exe), "lock", name, "--out", str(out), "--channel", f"{stalling_server.url}/c"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    time.sleep(4)
-    assert proc.poll() is None, proc.communicate()
-    os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode != 0, err
+    argv = [str(exe), "lock", name, "--out", str(out), "--channel", f"{stalling_server.url}/c",
+            "--solver", "builtin", "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    if how == "started-ignoring-sigint":
+        argv = [sys.executable, "-c", IGNORE_SIGINT_THEN_EXEC, *argv]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not any("provision-conda create" in p for p in session(proc.pid)):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, session(proc.pid)
+            time.sleep(0.1)
+        time.sleep(0.5)  # the solver is waiting on the channel
+        if how == "provision-only":
+            os.kill(proc.pid, signal.SIGINT)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode != 0, err
+        deadline = time.monotonic() + 5
+        while session(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session(proc.pid) == []
+    finally:
+        for line in session(proc.pid):  # what this test started and the lock left behind
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert lock_file.read_bytes() == before
     assert [p.name for p in (out / name).iterdir() if p.name.startswith(".")] == []
 

@@ -270,8 +270,13 @@ def test_runtime_env_holds_the_runtime_values(
 def test_runtime_env_reads_the_same_in_sh(tmp_path: Path) -> None:
     """The hooks source runtime.env in sh: every environment's file gives there what
     parse_runtime reads (one sh process for all of them)."""
-    names = ("PROVISION_ENV", "PROVISION_LIBRARY_DIRS", "PROVISION_XLA_DIR")
-    names += ("PROVISION_GPUS", "PROVISION_GPU_MEMORY")
+    names = (
+        "PROVISION_ENV",
+        "PROVISION_LIBRARY_DIRS",
+        "PROVISION_XLA_DIR",
+        "PROVISION_GPUS",
+        "PROVISION_GPU_MEMORY",
+    )
     script = []
     wanted: list[dict[str, str]] = []
     for index, (_, m, spec) in enumerate(SPECS):

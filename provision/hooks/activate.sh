@@ -77,8 +77,12 @@ esac
 if [ -n "$_provision_xla" ]; then
     _provision_save XLA_FLAGS
     _provision_original XLA_FLAGS
-    XLA_FLAGS="${_provision_old:+$_provision_old }--xla_gpu_cuda_data_dir=$_provision_xla"
-    export XLA_FLAGS
+    case "$_provision_old" in
+        *--xla_gpu_cuda_data_dir*) ;;  # the user's own choice wins, as with no activation
+        *)
+            XLA_FLAGS="${_provision_old:+$_provision_old }--xla_gpu_cuda_data_dir=$_provision_xla"
+            export XLA_FLAGS ;;
+    esac
 fi
 if [ -n "$PROVISION_GPUS" ]; then
     _provision_save CUDA_VISIBLE_DEVICES

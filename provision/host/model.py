@@ -1,0 +1,133 @@
+"""The host report: facts about a machine, no verdicts, and its JSON form (`schema` 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from provision.errors import ProvisionError
+
+SCHEMA = 1
+KINDS = ("cudart", "cudnn", "cublas")
+
+ProbeStatus = Literal["ok", "absent", "failed", "timeout", "skipped"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    name: str
+    status: ProbeStatus
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str
+    uuid: str  # anonymised: GPU-<index>
+    compute_capability: str  # "9.0"; "" when nothing could say
+    memory_mib: int | None
+    mig: str  # enabled | disabled | "" (not supported or unknown)
+    persistence: str  # enabled | disabled | ""
+
+
+@dataclass(frozen=True)
+class Driver:
+    version: str = ""  # as NVML / nvidia-smi report it
+    cuda: str = ""  # the highest CUDA version it supports, "13.0"
+    source: str = ""  # nvml | nvidia-smi
+    error: str = ""  # what NVML / nvidia-smi said when they could not answer
+    kernel_module: str = ""  # /proc/driver/nvidia/version
+    user_space: str = ""  # version in the file name of the libcuda.so.1 the loader finds
+    user_space_all: tuple[str, ...] = ()  # every libcuda.so.<version> in the loader's folders
+
+
+@dataclass(frozen=True)
+class Library:
+    kind: str  # cudart | cudnn | cublas
+    path: str  # the file itself (symbolic links resolved)
+    soname: str  # from the ELF dynamic section
+    version: str  # "" when nothing could say
+    # cudnnGetVersion, cudaRuntimeGetVersion, file name, cudnn_version.h, package metadata, soname
+    version_from: str
+    found_in: tuple[str, ...]  # LD_LIBRARY_PATH, loader cache, CUDA toolkit, pip, conda, ...
+    # 0: the copy the dynamic loader picks for its SONAME; None: not on its path
+    loader_rank: int | None
+    env: str = ""  # prefix of the Python/conda environment that holds it, "" for the system
+    # CUDA major its package was built for (nvidia-cudnn-cu12, libcudnn9-cuda-13)
+    built_for: str = ""
+
+    @property
+    def major(self) -> int | None:
+        digits = self.soname.rsplit(".so.", 1)[-1].split(".")[0]
+        return int(digits) if digits.isdigit() else None
+
+
+@dataclass(frozen=True)
+class Ptxas:
+    path: str
+    version: str  # CUDA release, "12.5"
+    env: str = ""
+
+
+@dataclass(frozen=True)
+class Environment:
+    prefix: str
+    kind: str  # conda | venv | python
+    python: str  # "3.12"
+    tensorflow: str  # installed version, "" when none
+
+
+@dataclass(frozen=True)
+class HostReport:
+    os: str  # linux | windows | darwin
+    machine: str
+    distro: str
+    kernel: str
+    wsl: bool
+    wsl_lib: str  # /usr/lib/wsl/lib when it holds libcuda.so.1
+    stand_in: bool  # read from a stand-in root, not this machine
+    driver: Driver
+    gpus: tuple[Gpu, ...]
+    ld_library_path: tuple[str, ...]
+    loader_dirs: tuple[str, ...]
+    libraries: tuple[Library, ...]
+    ptxas: tuple[Ptxas, ...]
+    pythons: tuple[str, ...]
+    environments: tuple[Environment, ...]
+    probes: tuple[Probe, ...]
+    schema: int = SCHEMA
+
+    @property
+    def has_driver(self) -> bool:
+        d = self.driver
+        return bool(d.version or d.kernel_module or d.user_space or self.wsl_lib or self.gpus)
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> HostReport:
+        """The report `to_json` wrote (parsed JSON); ProvisionError for another schema."""
+        d: dict[str, Any] = dict(data)  # parsed JSON: its shape is checked by the constructors
+        if d.get("schema") != SCHEMA:
+            raise ProvisionError(f"host report schema {d.get('schema')!r} is not {SCHEMA}")
+        drv = dict(d["driver"])
+        drv["user_space_all"] = tuple(drv.get("user_space_all", ()))
+        libs = [Library(**{**lib, "found_in": tuple(lib["found_in"])}) for lib in d["libraries"]]
+        return cls(
+            **{
+                k: d[k] for k in ("os", "machine", "distro", "kernel", "wsl", "wsl_lib", "stand_in")
+            },
+            driver=Driver(**drv),
+            gpus=tuple(Gpu(**g) for g in d["gpus"]),
+            ld_library_path=tuple(d["ld_library_path"]),
+            loader_dirs=tuple(d["loader_dirs"]),
+            libraries=tuple(libs),
+            ptxas=tuple(Ptxas(**p) for p in d["ptxas"]),
+            pythons=tuple(d["pythons"]),
+            environments=tuple(Environment(**e) for e in d["environments"]),
+            probes=tuple(Probe(**p) for p in d["probes"]),
+        )

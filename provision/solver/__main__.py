@@ -1,0 +1,3 @@
+from provision.solver.cli import main
+
+main()
