@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +35,31 @@ def which(name: str) -> str | None:
     return shutil.which(name)
 
 
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up in the parent: a child between fork and exec must not import."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return fn
+
+
+def _child_setup(prctl: Callable[..., int], parent: int) -> Callable[[], None]:
+    def setup() -> None:
+        """In the child, before exec: the kernel kills it when provision dies (SIGKILL too), so
+        no orphan goes on writing into a prefix that a re-run is rebuilding."""
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # provision died before prctl took effect
+            os._exit(137)
+
+    return setup
+
+
 def run(
     argv: Sequence[str | os.PathLike[str]],
     *,
@@ -41,9 +69,14 @@ def run(
     check: bool = True,
     capture: bool = True,
     input: str | None = None,
+    keep_fds: Sequence[int] = (),
 ) -> Completed:
-    """Run argv; ProvisionError naming the command on a missing program, a timeout, or a failure."""
+    """Run argv; ProvisionError naming the command on a missing program, a timeout, or a failure.
+
+    The child dies with provision. keep_fds stay open in it (and in what it starts): a build lock
+    held this way stays held while any of them lives."""
     args = tuple(os.fspath(a) for a in argv)
+    prctl = _prctl()
     full_env = None if env is None else {**os.environ, **env}
     try:
         proc = subprocess.run(
@@ -56,6 +89,8 @@ def run(
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture else None,
             check=False,
+            pass_fds=tuple(keep_fds),
+            preexec_fn=_child_setup(prctl, os.getpid()) if prctl else None,
         )
     except FileNotFoundError as exc:
         raise ToolMissing(f"{args[0]} is not installed or not on PATH") from exc

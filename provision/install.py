@@ -181,10 +181,17 @@ def _explain(what: str, done: _proc.Completed, prefix: Path) -> InstallError:
 
 
 def _run_step(
-    what: str, argv: list[str], prefix: Path, env: Mapping[str, str] | None = None
+    what: str,
+    argv: list[str],
+    prefix: Path,
+    env: Mapping[str, str] | None = None,
+    lock_fd: int | None = None,
 ) -> None:
+    """One installer run. It holds the prefix's build lock too (lock_fd), and dies with provision,
+    so no installer can go on writing into the prefix once a re-run may rebuild it."""
+    keep = () if lock_fd is None else (lock_fd,)
     try:
-        done = _proc.run(argv, timeout=INSTALL_TIMEOUT, check=False, env=env)
+        done = _proc.run(argv, timeout=INSTALL_TIMEOUT, check=False, env=env, keep_fds=keep)
     except ToolMissing:
         raise
     except ProvisionError as exc:
@@ -193,7 +200,7 @@ def _run_step(
         raise _explain(what, done, prefix)
 
 
-def _build_pip(env: EnvDir, prefix: Path, installer: Installer) -> str:
+def _build_pip(env: EnvDir, prefix: Path, installer: Installer, lock_fd: int | None) -> str:
     base_python = tools.find_python(env.python)
     uv = tools.uv_or_none() if installer in ("auto", "uv") else None
     if installer == "uv" and uv is None:
@@ -205,19 +212,24 @@ def _build_pip(env: EnvDir, prefix: Path, installer: Installer) -> str:
             "creating the venv",
             [uv, "venv", "--quiet", "--no-config", "--allow-existing",
              "--python", str(base_python), str(prefix)],
-            prefix,
+            prefix, lock_fd=lock_fd,
         )  # fmt: skip
-        _run_step("uv pip install", uv_install_argv(uv, venv_python, lock), prefix)
+        _run_step("uv pip install", uv_install_argv(uv, venv_python, lock), prefix, lock_fd=lock_fd)
         used = "uv"
     else:
-        _run_step("creating the venv", [str(base_python), "-m", "venv", str(prefix)], prefix)
-        _run_step("pip install", pip_install_argv(venv_python, lock), prefix)
+        _run_step(
+            "creating the venv",
+            [str(base_python), "-m", "venv", str(prefix)],
+            prefix,
+            lock_fd=lock_fd,
+        )
+        _run_step("pip install", pip_install_argv(venv_python, lock), prefix, lock_fd=lock_fd)
         used = "pip"
     environment.install_hooks(env, prefix)
     return used
 
 
-def _build_conda(env: EnvDir, prefix: Path, solver: str) -> str:
+def _build_conda(env: EnvDir, prefix: Path, solver: str, lock_fd: int | None) -> str:
     conda = tools.solver(solver)
     # -I: `python -m` would put the working directory first on sys.path, and a stray build.py or
     # yaml.py there would be imported in place of conda-lock's own dependencies.
@@ -226,7 +238,7 @@ def _build_conda(env: EnvDir, prefix: Path, solver: str) -> str:
         "--prefix", str(prefix), str(env.lock.absolute()),
     ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="provision-pip-guard-") as guard:
-        _run_step("conda-lock install", argv, prefix, env=_pip_guard(Path(guard)))
+        _run_step("conda-lock install", argv, prefix, env=_pip_guard(Path(guard)), lock_fd=lock_fd)
     _check_pip_part(env.lock, prefix)
     environment.install_hooks(env, prefix)
     return "conda-lock"
@@ -346,8 +358,8 @@ def install(
     if script_args:
         raise UsageError(f"extra arguments {' '.join(script_args)} apply to the system path only")
     target = (Path(prefix) if prefix else env.default_prefix()).absolute()
-    with _exclusive(target):
-        result = _install_at(env, target, force, installer, solver, start)
+    with _exclusive(target) as lock_fd:
+        result = _install_at(env, target, force, installer, solver, start, lock_fd)
     _register(env, result, owned=True)
     return result
 
@@ -385,7 +397,7 @@ def _register(env: EnvDir, result: InstallResult, *, owned: bool) -> None:
 
 
 @contextlib.contextmanager
-def _exclusive(target: Path) -> Iterator[None]:
+def _exclusive(target: Path) -> Iterator[int]:
     """One build of a prefix at a time (two `provision create` runs would wipe each other's work),
     keyed by the real path, so a prefix reached through a symlink is the same prefix.
     The kernel drops the lock when its holder dies, SIGKILL included."""
@@ -408,13 +420,19 @@ def _exclusive(target: Path) -> Iterator[None]:
                 f"another provision install is building {target}; wait for it, then re-run"
             ) from None
         try:
-            yield
+            yield fh.fileno()
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _install_at(
-    env: EnvDir, target: Path, force: bool, installer: Installer, solver: str, start: float
+    env: EnvDir,
+    target: Path,
+    force: bool,
+    installer: Installer,
+    solver: str,
+    start: float,
+    lock_fd: int | None = None,
 ) -> InstallResult:
     digest = inputs_digest(env)
     lock_sha = sha256_file(env.lock)
@@ -430,7 +448,7 @@ def _install_at(
             env.name, env.path, target, interpreter(target), str(marker.get("installer", "")),
             lock_sha, skipped=True, seconds=time.monotonic() - start,
         )  # fmt: skip
-    used = _build(env, target, state, digest, lock_sha, installer, solver)
+    used = _build(env, target, state, digest, lock_sha, installer, solver, lock_fd)
     return InstallResult(
         env.name, env.path, target, interpreter(target), used, lock_sha,
         skipped=False, seconds=time.monotonic() - start,
@@ -445,6 +463,7 @@ def _build(
     lock_sha: str,
     installer: Installer,
     solver: str,
+    lock_fd: int | None = None,
 ) -> str:
     old = target.with_name(target.name + ".provision-old")
     _clear(old)  # left by a run that was killed while replacing a complete environment
@@ -470,9 +489,9 @@ def _build(
             target.mkdir(parents=True)
         _write_marker(target, record)
         if env.path == "conda":
-            used = _build_conda(env, target, solver)
+            used = _build_conda(env, target, solver, lock_fd)
         else:
-            used = _build_pip(env, target, installer)
+            used = _build_pip(env, target, installer, lock_fd)
         _write_marker(target, {**record, "state": "complete", "installer": used})
     except BaseException:
         if kept:

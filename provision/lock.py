@@ -426,12 +426,11 @@ def run(
         count = verify(target, data, rel, regen)
         return Result([f"{rel} is up to date ({count} packages)"])
     started = time.monotonic()
-    with stop_descendants_on_failure():
-        if target.spec.path == "conda":
-            _check_virtual_platforms(target, plats)
-            body, used, note = _lock_conda(target, plats, channels, solver, cache_dir)
-        else:
-            (body, note), used = _lock_pip(target, plats[0], cache_dir), "uv"
+    if target.spec.path == "conda":
+        _check_virtual_platforms(target, plats)
+        body, used, note = _lock_conda(target, plats, channels, solver, cache_dir)
+    else:
+        (body, note), used = _lock_pip(target, plats[0], cache_dir), "uv"
     count = _count(target, body)
     full_body = note + body + end_line(count)
     _write_atomic(target.lock_path, header(target, data, regen, _sha256(full_body)) + full_body)
@@ -709,6 +708,16 @@ STOP_GRACE_S = 1.0
 
 
 @contextlib.contextmanager
+def _workdir() -> Iterator[Path]:
+    """A temporary folder for one lock, removed after what the lock started has stopped."""
+    with (
+        tempfile.TemporaryDirectory(prefix="provision-lock-", ignore_cleanup_errors=True) as tmp,
+        stop_descendants_on_failure(),
+    ):
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
 def stop_descendants_on_failure() -> Iterator[None]:
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if main else None
@@ -800,7 +809,7 @@ def _lock_pip(target: Target, platform: str, cache_dir: Path | None) -> tuple[st
     from provision import pylock
 
     previous = _previous_as_of(target)
-    with tempfile.TemporaryDirectory(prefix="provision-lock-") as tmp:
+    with _workdir() as tmp:
         body, when = pylock.compile_lock(
             target.spec, target.root, platform, Path(tmp), cache_dir, previous
         )
@@ -899,8 +908,7 @@ def _lock_conda(
 ) -> tuple[str, str, str]:  # fmt: skip
     conda = solver_exe(solver)
     _check_reachable(target, platforms, channels)
-    with tempfile.TemporaryDirectory(prefix="provision-lock-") as tmp_name:
-        tmp = Path(tmp_name)
+    with _workdir() as tmp:
         # conda-lock records sources relative to the lockfile; both in tmp give "environment.yml".
         source, pip_reqs = _split_environment(target, tmp)
         virtual = tmp / "virtual-packages.yml"
@@ -908,7 +916,12 @@ def _lock_conda(
         lookup = tmp / "pypi-to-conda.json"
         lookup.write_text("{}\n", encoding="utf-8")
         lockfile = tmp / "conda-lock.yml"
-        env = {"CONDA_LOCK_SUBPROCESS_STDERR_DEFAULT_LOG_LEVEL": "DEBUG"}
+        # conda-lock's own temporary folders go into ours, which goes even when it cannot.
+        (tmp / "tmp").mkdir()
+        env = {
+            "CONDA_LOCK_SUBPROCESS_STDERR_DEFAULT_LOG_LEVEL": "DEBUG",
+            "TMPDIR": str(tmp / "tmp"),
+        }
         if cache_dir is not None:
             # conda-lock's and provision-conda's caches both follow XDG_CACHE_HOME.
             env["XDG_CACHE_HOME"] = str(cache_dir.absolute())

@@ -404,6 +404,60 @@ def test_install_killed_midway_is_completed_by_running_it_again(index: Index, en
     assert list(site_packages(env.prefix).glob("provision_tiny-1.0.dist-info"))
 
 
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                if text in cmdline and str(os.getpid()) != entry.name:
+                    found.append(int(entry.name))
+    return found
+
+
+def test_no_installer_outlives_provision_killed_alone(index: Index, env: Env) -> None:
+    """SIGKILL to provision's PID only (not its group): the installer it started dies with it, so
+    nothing writes into the prefix while a re-run rebuilds it."""
+    env.lock(index.add("1.0"))
+    index.mode = "stall"
+    argv = [sys.executable, "-m", "provision", "install", env.name, "--out", str(env.out)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert index.requested.wait(60), "the install never reached the download"
+        assert _processes_mentioning(str(env.prefix)), "no installer child was running"
+        proc.kill()
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 10
+    while _processes_mentioning(str(env.prefix)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_mentioning(str(env.prefix)) == []
+    index.release.set()
+    index.mode = "ok"
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 0 and out.startswith("built "), out
+
+
+def test_a_prefix_directory_made_beforehand_keeps_its_owner_and_mode(
+    index: Index, env: Env
+) -> None:
+    env.lock(index.add("1.0"))
+    env.prefix.mkdir(parents=True)
+    env.prefix.chmod(0o2770)
+    index.mode = "fail"
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 1, out
+    assert env.prefix.is_dir() and list(env.prefix.iterdir()) == []  # emptied, not deleted
+    assert env.prefix.stat().st_mode & 0o7777 == 0o2770
+    index.mode = "ok"
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 0, out
+    assert env.prefix.stat().st_mode & 0o7777 == 0o2770
+    assert install.state_of(env.prefix) == "complete"
+
+
 def test_two_installs_of_one_prefix_do_not_race(index: Index, env: Env) -> None:
     env.lock(index.add("1.0"))
     index.mode = "stall"

@@ -348,8 +348,11 @@ def test_interrupted_lock_stops_its_whole_tree_and_keeps_the_previous_lockfile(
             "--solver", "builtin", "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     if how == "started-ignoring-sigint":
         argv = [sys.executable, "-c", IGNORE_SIGINT_THEN_EXEC, *argv]
+    temp = tmp_path / "tmp"  # where provision, conda-lock and the solver keep temporary files
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True, env=env)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         while not any("provision-conda create" in p for p in session(proc.pid)):
@@ -375,6 +378,7 @@ def test_interrupted_lock_stops_its_whole_tree_and_keeps_the_previous_lockfile(
             proc.communicate()
     assert lock_file.read_bytes() == before
     assert [p.name for p in (out / name).iterdir() if p.name.startswith(".")] == []
+    assert sorted(p.name for p in temp.iterdir()) == []
 
 
 def test_pip_path_lock_has_hashes_and_the_nvidia_pins(tmp_path: Path, offline: list[str]) -> None:
