@@ -330,12 +330,6 @@ def read_lock(text: str) -> Recorded:
     )
 
 
-def recorded(lock_text: str) -> tuple[str | None, dict[str, Any] | None]:
-    """(inputs digest, inputs) of a lock's header; (None, None) without one."""
-    found = read_lock(lock_text)
-    return found.inputs_digest, found.inputs
-
-
 def _what_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str:
     if not old:
         return "the lock has no provision header"
@@ -561,73 +555,75 @@ def conda_closure_problems(env: Environment, packages: Sequence[Mapping[str, Any
     requirement by a pip package (or a Python package conda provides); every dependency a package
     names is in the lock (virtual packages aside); every package is reachable from the inputs
     through the packages' `dependencies`; every package has a hash."""
+    out: list[str] = []
+    for platform in sorted({str(p.get("platform")) for p in packages}):
+        pkgs = [p for p in packages if str(p.get("platform")) == platform]
+        out += [f"{platform}: {problem}" for problem in _platform_closure(env, pkgs, platform)]
+    return out
+
+
+def _platform_closure(
+    env: Environment, pkgs: Sequence[Mapping[str, Any]], platform: str
+) -> list[str]:
     from provision import pylock
 
+    table: dict[tuple[str, str], Mapping[str, Any]] = {
+        (str(p.get("manager")), pylock.norm(str(p.get("name"))) if p.get("manager") == "pip"
+         else str(p.get("name"))): p
+        for p in pkgs
+    }  # fmt: skip
+    provided = {pylock.norm(n): n for m, n in table if m == "conda"}
     out: list[str] = []
-    by_platform: dict[str, list[Mapping[str, Any]]] = {}
-    for pkg in packages:
-        by_platform.setdefault(str(pkg.get("platform")), []).append(pkg)
-    for platform, pkgs in sorted(by_platform.items()):
-        conda = {str(p.get("name")): p for p in pkgs if p.get("manager") == "conda"}
-        pip = {pylock.norm(str(p.get("name"))): p for p in pkgs if p.get("manager") == "pip"}
-        python_names = {pylock.norm(n): n for n in conda}  # a pip name may be met by conda's
-        roots: list[tuple[str, str]] = []
-        for text in env.conda:
-            name, problem = _conda_requirement(text, conda)
-            if name:
-                roots.append(("conda", name))
-            if problem:
-                out.append(f"{platform}: {problem}")
-        python = conda.get("python")
-        markers = pylock.marker_environment(str(python.get("version")) if python else "3", platform)
-        for req in env.pip:
-            if not pylock.applies(req, markers):
-                continue
-            key = pylock.norm(req.name)
-            found = pip.get(key) or conda.get(python_names.get(key, ""))
+
+    def find(name: str, pip_name: bool) -> tuple[str, str] | None:
+        """A conda package names conda packages; pip names a pip package, or a Python
+        package conda provides (the pip section was resolved with those held)."""
+        if not pip_name:
+            return ("conda", name) if ("conda", name) in table else None
+        key = pylock.norm(name)
+        if ("pip", key) in table:
+            return ("pip", key)
+        return ("conda", provided[key]) if key in provided else None
+
+    def shown(node: tuple[str, str]) -> str:
+        return f"{table[node].get('name')} {table[node].get('version')}"
+
+    conda = {n: pkg for (m, n), pkg in table.items() if m == "conda"}
+    roots = []
+    for text in env.conda:
+        name, problem = _conda_requirement(text, conda)
+        roots += [("conda", name)] if name else []
+        out += [problem] if problem else []
+    python = table.get(("conda", "python"))
+    markers = pylock.marker_environment(str(python.get("version")) if python else "3", platform)
+    for req in (r for r in env.pip if pylock.applies(r, markers)):
+        node = find(req.name, pip_name=True)
+        if node is None:
+            out.append(f"{req} (pip) has no package")
+            continue
+        roots.append(node)
+        if not pylock.satisfies(req, str(table[node].get("version"))):
+            out.append(f"{req} (pip) is not satisfied by {shown(node)}")
+    edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for node, pkg in table.items():
+        hashes = pkg.get("hash")
+        if not (isinstance(hashes, dict) and any(hashes.values())):
+            out.append(f"{shown(node)} has no hash")
+        deps = pkg.get("dependencies")
+        for dep in (str(d) for d in (deps if isinstance(deps, dict) else {})):
+            if dep.startswith("__"):
+                continue  # virtual packages: the host's, never in a lock
+            found = find(dep, pip_name=node[0] == "pip")
             if found is None:
-                out.append(f"{platform}: {req} (pip) has no package")
-                continue
-            roots.append(
-                ("pip" if key in pip else "conda", key if key in pip else python_names[key])
-            )
-            if not pylock.satisfies(req, str(found.get("version"))):
-                out.append(
-                    f"{platform}: {req} (pip) is not satisfied by {found.get('name')} "
-                    f"{found.get('version')}"
-                )
-        edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        for manager, table in (("conda", conda), ("pip", pip)):
-            for key, pkg in table.items():
-                hashes = pkg.get("hash")
-                if not (isinstance(hashes, dict) and any(hashes.values())):
-                    out.append(f"{platform}: {pkg.get('name')} {pkg.get('version')} has no hash")
-                deps = pkg.get("dependencies")
-                for item in deps if isinstance(deps, dict) else {}:
-                    dep = str(item)
-                    if dep.startswith("__"):
-                        continue  # virtual packages: the host's, never in a lock
-                    if manager == "conda" and dep in conda:
-                        edges.setdefault((manager, key), []).append(("conda", dep))
-                    elif manager == "pip" and pylock.norm(dep) in pip:
-                        edges.setdefault((manager, key), []).append(("pip", pylock.norm(dep)))
-                    elif manager == "pip" and pylock.norm(dep) in python_names:
-                        edges.setdefault((manager, key), []).append(
-                            ("conda", python_names[pylock.norm(dep)])
-                        )
-                    else:
-                        out.append(
-                            f"{platform}: {pkg.get('name')} {pkg.get('version')} depends on "
-                            f"{dep}, which the lock does not hold"
-                        )
-        reached = _reach_nodes(roots, edges)
-        for manager, table in (("conda", conda), ("pip", pip)):
-            for key, pkg in sorted(table.items()):
-                if (manager, key) not in reached:
-                    out.append(
-                        f"{platform}: {pkg.get('name')} {pkg.get('version')} ({manager}) is in the "
-                        f"lock but nothing in environment.yml requires it"
-                    )
+                out.append(f"{shown(node)} depends on {dep}, which the lock does not hold")
+            else:
+                edges.setdefault(node, []).append(found)
+    reached = _reach_nodes(roots, edges)
+    out += [
+        f"{shown(node)} ({node[0]}) is in the lock but nothing in environment.yml requires it"
+        for node in sorted(table)
+        if node not in reached
+    ]
     return out
 
 
@@ -719,6 +715,9 @@ def _workdir() -> Iterator[Path]:
 
 @contextlib.contextmanager
 def stop_descendants_on_failure() -> Iterator[None]:
+    """While the block runs, SIGINT raises KeyboardInterrupt here (inherited ignore or not) and is
+    at its default in what we start; orphans come to us. If the block raises, every process it
+    started that is still running gets SIGTERM, then SIGKILL a second later."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if main else None
     ours = previous in (signal.SIG_IGN, signal.SIG_DFL, signal.default_int_handler)

@@ -5,6 +5,8 @@ machine runs. The package index is pip's own configuration (read here, cheaply: 
 within 1.5x of uv's own time), so a lab's mirror is used the same way pip would use it.
 Only index-url is taken: extra-index-url and find-links are usually this machine's own folders,
 and a lock must not depend on them.
+Requirements files and requirements locks are read with packaging (a lock's pins, hashes and uv's
+`# via` provenance), which is how lock.py tells a complete and closed lock from one that is not.
 """
 
 from __future__ import annotations
@@ -299,9 +301,14 @@ def parse_requirements(text: str, source: str) -> list[Requirement]:
             out.append(Requirement(line))
         except InvalidRequirement as exc:
             raise LockError(
-                f"{source}, line {number}: {line!r} is not a requirement ({exc})"
+                f"{source}, line {number}: {line!r} is not a requirement ({_first_line(exc)})"
             ) from exc
     return out
+
+
+def _first_line(exc: Exception) -> str:
+    """packaging's own reason, without the lines that point at the column."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def normal_requirement(req: Requirement) -> str:
@@ -371,7 +378,9 @@ def parse_lock(text: str, first_line: int = 1) -> list[Pin]:
         try:
             req = Requirement(text_req)
         except InvalidRequirement as exc:
-            raise ValueError(f"line {start}: {text_req!r} is not a requirement ({exc})") from exc
+            raise ValueError(
+                f"line {start}: {text_req!r} is not a requirement ({_first_line(exc)})"
+            ) from exc
         version = exact_version(req)
         if version is None:
             raise ValueError(f"line {start}: {text_req!r} is not pinned with ==")

@@ -48,9 +48,7 @@ def test_envs_commits_inputs_hooks_manifest_and_locks_only() -> None:
         return
     unexpected = sorted(p for p in committed if p.split("/", 2)[2] not in allowed)
     assert not unexpected, f"envs/ commits more than inputs, hooks, manifest, locks: {unexpected}"
-    generated = [
-        ROOT / p for p in committed if Path(p).name not in environment.LOCK_FILES.values()
-    ]
+    generated = [ROOT / p for p in committed if Path(p).name not in environment.LOCK_FILES.values()]
     product = [
         p
         for p in (ROOT / "provision").rglob("*")

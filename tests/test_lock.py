@@ -467,6 +467,10 @@ def test_conda_pip_part_locks_against_the_real_index(
     pip_pkgs = [p for p in pkgs.values() if p["manager"] == "pip"]
     assert len(pip_pkgs) > 10 and all(p["hash"]["sha256"] for p in pip_pkgs)
     assert all(p["url"].endswith(".whl") for p in pip_pkgs if p["name"] == "tensorflow")
+    # TensorFlow's own dependencies are recorded, so the lock is closed
+    assert pkgs["tensorflow"]["dependencies"] and "numpy" in pkgs["tensorflow"]["dependencies"]
+    check = lock(out, name, "--check", "--channel", local_channel.url)
+    assert check.exit_code == 0, check.output
 
 
 @pytest.mark.slow
@@ -484,6 +488,8 @@ def test_pip_path_locks_against_the_real_index(
         assert f"\n{wheel}=={version} \\\n" in text
     assert lock(out, name).exit_code == 0
     assert (out / name / "requirements.lock").read_text() == text
+    check = lock(out, name, "--check")
+    assert check.exit_code == 0, check.output  # complete and closed through uv's `# via`
 
 
 @pytest.mark.slow
