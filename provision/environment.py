@@ -220,6 +220,13 @@ class EnvDir:
         return default_prefix(self.name, self.path)
 
 
+def _glob(folder: Path, pattern: str) -> list[Path]:
+    try:
+        return list(folder.glob(pattern))
+    except OSError:
+        return []
+
+
 def check_name(name: str) -> str:
     if not NAME_RE.match(name):
         raise UsageError(
@@ -278,12 +285,18 @@ def find(name: str, out: Path | None = None) -> Found:
     record = registry.get(name)
     if out is None and record is not None and (Path(record.env_dir) / MANIFEST).is_file():
         return Found(load(Path(record.env_dir)), record)
-    folder = (out if out is not None else DEFAULT_OUT) / name
+    base = out if out is not None else DEFAULT_OUT
+    folder = base / name
     if not (folder / MANIFEST).is_file():
         where = f"{out}" if out is not None else f"the registry (provision list) or {DEFAULT_OUT}/"
+        known = sorted(
+            {p.parent.name for p in _glob(base, f"*/{MANIFEST}")}
+            | ({n for n, _ in registry.records()} if out is None else set())
+        )
+        listing = f"known: {', '.join(known)}" if known else "none known yet"
         raise UsageError(
-            f"no environment {name!r} in {where}; render it (provision render --tf X.Y "
-            f"--name {name}) or pass --out DIR"
+            f"no environment {name!r} in {where} ({listing}); render it (provision render "
+            f"--tf X.Y --name {name}) or pass --out DIR"
         )
     env = load(folder)
     same = record is not None and Path(record.env_dir) == env.root.absolute()

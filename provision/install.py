@@ -348,6 +348,8 @@ def install(
             f"{env.lock} does not exist: run `provision lock {env.name}` first "
             f"(or `provision create`, which locks)"
         )
+    if needs_lock:
+        _check_lock(env)
     if env.path == "system":
         result = _install_system(env, prefix, script_args, start)
         if "--dry-run" not in script_args and interpreter(result.prefix).exists():
@@ -362,6 +364,19 @@ def install(
         result = _install_at(env, target, force, installer, solver, start, lock_fd)
     _register(env, result, owned=True)
     return result
+
+
+def _check_lock(env: EnvDir) -> None:
+    """Only what a reviewer could have approved is built: the lock is fresh for the inputs as
+    they are, is the body it was made with (not edited, not truncated) and is complete and closed.
+    Offline; the reason names the lock and the package."""
+    from provision import lock
+    from provision.errors import StaleError
+
+    try:
+        lock.check_lock(env.root.parent, env.name)
+    except StaleError as exc:
+        raise InstallError(f"refusing to install {env.name}: {exc}") from exc
 
 
 def _system_cuda_home(env: EnvDir, prefix: Path | None) -> Path:

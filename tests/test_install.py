@@ -28,6 +28,7 @@ import pytest
 from click.testing import CliRunner
 
 from provision import environment, install, matrix, tools
+from provision import lock as lock_module
 from provision.cli import cli
 from provision.create import default_python
 from provision.errors import InstallError
@@ -174,7 +175,30 @@ class Env:
         return self.home / "envs" / self.name
 
     def lock(self, text: str) -> None:
-        (self.dir / "requirements.lock").write_text(text)
+        """Pin requirements.in to the requirement of `text` (a wheel the test's index serves),
+        reseal the manifest as render would, and lock with the real `provision lock`."""
+        requirement = text.split(" ", 1)[0]
+        reqs = self.dir / "requirements.in"
+        reqs.write_text(reqs.read_text().split("\n", 1)[0] + "\n" + requirement + "\n")
+        found = environment.load(self.dir)
+        files = dict(found.manifest.files)
+        files["requirements.in"] = hashlib.sha256(reqs.read_bytes()).hexdigest()
+        manifest = environment.Manifest(found.manifest.request, files, found.manifest.name)
+        (self.dir / environment.MANIFEST).write_text(manifest.dumps())
+        # `provision lock` would refuse a lock without the matrix's TensorFlow pins; this one is
+        # sealed the way it seals its own (header, input digest, body digest, end marker).
+        target = lock_module.load_target(self.out, self.name)
+        platforms = list(target.spec.platforms)
+        body = text + "    # via -r requirements.in\n" + lock_module.end_line(1)
+        head = lock_module.header(
+            target,
+            lock_module.inputs(target, platforms, []),
+            lock_module.regen_command(target, platforms, []),
+            hashlib.sha256(body.encode()).hexdigest(),
+        )
+        (self.dir / "requirements.lock").write_text(head + body)
+        code, out = run_cli("lock", self.name, "--out", str(self.out), "--check")
+        assert code == 0, out
 
 
 def _pip_release() -> tuple[str, str]:
@@ -344,12 +368,17 @@ def test_unrendered_environment_says_how_to_render(tmp_path: Path) -> None:
     assert code == 2 and "render it (provision render --tf X.Y --name nothing-here)" in out
 
 
-def test_a_lock_that_does_not_match_the_download_fails_cleanly(index: Index, env: Env) -> None:
-    env.lock(index.add("1.0").replace("--hash=sha256:", "--hash=sha256:0000"))
+def test_a_lock_edited_after_it_was_made_is_refused_before_anything_lands(
+    index: Index, env: Env
+) -> None:
+    env.lock(index.add("1.0"))
+    lock = env.dir / "requirements.lock"
+    lock.write_text(lock.read_text().replace("--hash=sha256:", "--hash=sha256:0000"))
     code, out = run_cli("install", env.name, "--out", str(env.out))
     assert code == 1
-    assert "nothing was installed" in out
+    assert "refusing to install tiny" in out and "the lock was edited after it was made" in out
     assert not env.prefix.exists()
+    assert not index.requested.is_set()  # nothing was even downloaded
 
 
 def test_failing_download_leaves_nothing_presented_as_done(index: Index, env: Env) -> None:
@@ -667,7 +696,8 @@ def test_system_path_runs_the_rendered_script_with_prefix_and_python(tmp_path: P
     (name,) = [p.name for p in out.iterdir()]
     code, text = run_cli("install", name, "--out", str(out))
     assert code == 1 and f"run `provision lock {name}` first" in text
-    (out / name / "requirements.lock").write_text("# an empty lock is enough for a dry run\n")
+    # The committed lock of the same release is fresh for these inputs (rendered the same way).
+    shutil.copy(ROOT / "envs" / name / "requirements.lock", out / name / "requirements.lock")
     prefix = tmp_path / "root"
     code, text = run_cli(
         "install", name, "--out", str(out), "--prefix", str(prefix), "--",
@@ -679,3 +709,50 @@ def test_system_path_runs_the_rendered_script_with_prefix_and_python(tmp_path: P
     assert "dry run: nothing was changed" in text
     assert f"(venv: {prefix}/venvs/{name})" in text
     assert not prefix.exists()
+
+
+def _append_package(text: str) -> str:
+    end = text.rindex("# provision-lock-end")
+    extra = "colorama==0.4.6 \\\n    --hash=sha256:" + "a" * 64 + "\n    # via provision-tiny\n"
+    return text[:end] + extra + text[end:]
+
+
+TAMPERINGS = {
+    "appended package": (_append_package, "the lock was edited after it was made"),
+    "truncated": (lambda t: t[: t.rindex("# provision-lock-end")], "the lock is truncated"),
+    "empty": (lambda t: "", "the lock is empty"),
+    "header removed": (
+        lambda t: "".join(ln for ln in t.splitlines(True) if not ln.startswith("#")),
+        "has no provision header",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERINGS))
+def test_a_tampered_lock_is_refused_before_anything_is_installed(
+    index: Index, env: Env, case: str
+) -> None:
+    env.lock(index.add("1.0"))
+    tamper, reason = TAMPERINGS[case]
+    lock = env.dir / "requirements.lock"
+    lock.write_text(tamper(lock.read_text()))
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 1, out
+    assert out.count("\n") == 1 and "refusing to install tiny" in out and reason in out
+    assert "network" not in out
+    assert not env.prefix.exists() and not index.requested.is_set()
+
+
+def test_a_lock_older_than_its_inputs_is_refused(index: Index, env: Env) -> None:
+    """The environment re-rendered for another release under the same name: the lock is stale."""
+    env.lock(index.add("1.0"))
+    other = next(r for r in matrix.load().releases if r.tf != environment.load(env.dir).request.tf
+                 and r.pip_wheels and tools.has_python(r.python[-1]))  # fmt: skip
+    code, out = run_cli(
+        "render", "--tf", other.tf, "--path", "pip", "--python", other.python[-1],
+        "--name", env.name, "--out", str(env.out), "--force",
+    )  # fmt: skip
+    assert code == 0, out
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 1 and "is stale (requirements changed" in out, out
+    assert not env.prefix.exists()

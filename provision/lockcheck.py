@@ -1,0 +1,202 @@
+"""Is a lock the one to install from? Offline: neither network nor solver.
+
+verify() tells a stale lock (no lock yet, inputs changed, another format) from an invalid one
+(empty, no header, truncated, edited, unreadable), and then checks that it is complete and closed:
+every input requirement is met by a package of the lock, every dependency a package names is in
+it, every package is required by something, and every package has a hash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from provision import lockinputs
+from provision.errors import LockInvalid, StaleError
+from provision.lockfile import END_TAG, FORMAT, digest, read_lock, sha256, what_changed
+from provision.lockinputs import Environment, Target, load_yaml, one_line
+from provision.requirements import (
+    applies,
+    closure_problems,
+    marker_environment,
+    norm,
+    parse_lock,
+    reach,
+    satisfies,
+)
+
+
+def verify(target: Target, data: Mapping[str, Any], rel: str, regen: str) -> int:
+    """The number of packages of a lock that is fresh for `data`, intact, complete and closed;
+    else StaleError / LockInvalid, naming the first thing wrong (see lock.check_lock)."""
+    path = target.lock_path
+    if not path.is_file():
+        raise StaleError(f"{rel} does not exist yet; run: {regen}")
+    try:
+        text = path.read_text(encoding="utf-8")  # universal newlines: a CRLF checkout is the same
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockInvalid(f"{rel} cannot be read ({one_line(exc)}); run: {regen}") from exc
+    if not text.strip():
+        raise LockInvalid(f"{rel}: the lock is empty; run: {regen}")
+    found = read_lock(text)
+    if found.inputs is None:
+        raise LockInvalid(
+            f"{rel} has no provision header (its first lines were removed, or provision did not "
+            f"make it); run: {regen}"
+        )
+    if found.inputs.get("format") != FORMAT:
+        raise StaleError(f"{rel} is stale ({what_changed(found.inputs, data)}); run: {regen}")
+    if found.body_digest is None or found.inputs_digest is None:
+        raise LockInvalid(f"{rel} has an incomplete provision header; run: {regen}")
+    if not found.body.rstrip("\n").rsplit("\n", 1)[-1].startswith(END_TAG):
+        raise LockInvalid(
+            f"{rel}: the lock is truncated (its last line, {END_TAG.strip()}, is missing); "
+            f"run: {regen}"
+        )
+    first_line = text[: len(text) - len(found.body)].count("\n") + 1
+    try:
+        parsed = _parse_body(target, found.body, first_line)
+    except ValueError as exc:
+        raise LockInvalid(f"{rel}: {exc}; run: {regen}") from exc
+    if sha256(found.body) != found.body_digest:
+        raise LockInvalid(
+            f"{rel}: the lock was edited after it was made (its body does not match the "
+            f"digest in its header); run: {regen}"
+        )
+    if found.inputs_digest != digest(data) or found.inputs != data:
+        raise StaleError(f"{rel} is stale ({what_changed(found.inputs, data)}); run: {regen}")
+    wrong = _closure(target, parsed, str(data["platforms"][0]))
+    if wrong:
+        more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+        raise LockInvalid(f"{rel} is not complete and closed: {wrong[0]}{more}; run: {regen}")
+    return len(parsed) if isinstance(parsed, list) else len(parsed["package"])
+
+
+def _parse_body(target: Target, body: str, first_line: int) -> Any:
+    """The body as data: requirements Pins (pip/system) or conda-lock's mapping; ValueError if
+    not."""
+    if target.spec.path != "conda":
+        try:
+            return parse_lock(body, first_line)
+        except ValueError as exc:
+            raise ValueError(f"the lock's body is not a requirements lock ({exc})") from exc
+    import yaml
+
+    try:
+        data = load_yaml(body)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + first_line}" if mark is not None else ""
+        what = getattr(exc, "problem", None) or one_line(exc)
+        raise ValueError(f"the lock's body is not valid YAML ({what}{where})") from exc
+    packages = data.get("package") if isinstance(data, dict) else None
+    if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
+        raise ValueError("the lock's body is not a conda-lock file (no list of packages)")
+    return data
+
+
+# -- complete and closed -----------------------------------------------------------------------
+
+
+def _closure(target: Target, parsed: Any, platform: str) -> list[str]:
+    if target.spec.path != "conda":
+        env = marker_environment(target.spec.python, platform)
+        return closure_problems(lockinputs.requirements_in(target), parsed, "requirements.in", env)
+    return conda_closure_problems(lockinputs.read_environment(target), parsed["package"])
+
+
+def conda_closure_problems(env: Environment, packages: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per platform: every match spec of environment.yml is met by a conda package and every pip
+    requirement by a pip package (or a Python package conda provides); every dependency a package
+    names is in the lock (virtual packages aside); every package is reachable from the inputs
+    through the packages' `dependencies`; every package has a hash."""
+    out: list[str] = []
+    for platform in sorted({str(p.get("platform")) for p in packages}):
+        pkgs = [p for p in packages if str(p.get("platform")) == platform]
+        out += [f"{platform}: {problem}" for problem in _platform_closure(env, pkgs, platform)]
+    return out
+
+
+def _platform_closure(
+    env: Environment, pkgs: Sequence[Mapping[str, Any]], platform: str
+) -> list[str]:
+    table: dict[tuple[str, str], Mapping[str, Any]] = {
+        (str(p.get("manager")), norm(str(p.get("name"))) if p.get("manager") == "pip"
+         else str(p.get("name"))): p
+        for p in pkgs
+    }  # fmt: skip
+    provided = {norm(n): n for m, n in table if m == "conda"}
+    out: list[str] = []
+
+    def find(name: str, pip_name: bool) -> tuple[str, str] | None:
+        """A conda package names conda packages; pip names a pip package, or a Python
+        package conda provides (the pip section was resolved with those held)."""
+        if not pip_name:
+            return ("conda", name) if ("conda", name) in table else None
+        key = norm(name)
+        if ("pip", key) in table:
+            return ("pip", key)
+        return ("conda", provided[key]) if key in provided else None
+
+    def shown(node: tuple[str, str]) -> str:
+        return f"{table[node].get('name')} {table[node].get('version')}"
+
+    conda = {n: pkg for (m, n), pkg in table.items() if m == "conda"}
+    roots = []
+    for text in env.conda:
+        name, problem = _conda_requirement(text, conda)
+        roots += [("conda", name)] if name else []
+        out += [problem] if problem else []
+    python = table.get(("conda", "python"))
+    markers = marker_environment(str(python.get("version")) if python else "3", platform)
+    for req in (r for r in env.pip if applies(r, markers)):
+        node = find(req.name, pip_name=True)
+        if node is None:
+            out.append(f"{req} (pip) has no package")
+            continue
+        roots.append(node)
+        if not satisfies(req, str(table[node].get("version"))):
+            out.append(f"{req} (pip) is not satisfied by {shown(node)}")
+    edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for node, pkg in table.items():
+        hashes = pkg.get("hash")
+        if not (isinstance(hashes, dict) and any(hashes.values())):
+            out.append(f"{shown(node)} has no hash")
+        deps = pkg.get("dependencies")
+        for dep in (str(d) for d in (deps if isinstance(deps, dict) else {})):
+            if dep.startswith("__"):
+                continue  # virtual packages: the host's, never in a lock
+            found = find(dep, pip_name=node[0] == "pip")
+            if found is None:
+                out.append(f"{shown(node)} depends on {dep}, which the lock does not hold")
+            else:
+                edges.setdefault(node, []).append(found)
+    reached = reach(roots, edges)
+    out += [
+        f"{shown(node)} ({node[0]}) is in the lock but nothing in environment.yml requires it"
+        for node in sorted(table)
+        if node not in reached
+    ]
+    return out
+
+
+def _conda_requirement(text: str, conda: Mapping[str, Mapping[str, Any]]) -> tuple[str, str]:
+    """(the locked package a match spec names, what is wrong: '' when the lock meets it)."""
+    from rattler import MatchSpec, Version, VersionSpec
+
+    try:
+        ms = MatchSpec(text, strict=False)
+        name = ms.name.normalized if ms.name is not None else ""
+    except Exception as exc:  # rattler's InvalidMatchSpecError is no Python subclass we can name
+        return "", f"{text} is not a conda match spec ({one_line(exc)})"
+    pkg = conda.get(name)
+    if pkg is None:
+        return "", f"{text} has no conda package"
+    if ms.version is not None:
+        try:
+            ok = VersionSpec(str(ms.version)).matches(Version(str(pkg.get("version"))))
+        except Exception:
+            ok = False
+        if not ok:
+            return name, f"{text} is not satisfied by {name} {pkg.get('version')}"
+    return name, ""

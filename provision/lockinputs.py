@@ -1,0 +1,171 @@
+"""What a lock is made from: envs/NAME/ as lock sees it (the Target) and its input files.
+
+load_target reads provision.json's request and checks that the path's input files are there;
+read_environment and requirements_in read environment.yml and requirements.in by meaning
+(requirements parsed, match specs with their whitespace normalised), and virtual_packages and
+env_channels the rest of a conda environment's inputs. Nothing here solves or writes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from provision import matrix, spec
+from provision.errors import LockError, UsageError
+from provision.requirements import parse_requirements
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
+
+META = "provision.json"
+LOCK_FILES = {"conda": "conda-lock.yml", "pip": "requirements.lock", "system": "requirements.lock"}
+INPUT_FILES = {
+    "conda": ("environment.yml", "virtual-packages.yml"),
+    "pip": ("requirements.in",),
+    "system": ("requirements.in",),
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """envs/<name>/ as lock sees it: the folder, and the EnvSpec its provision.json asks for."""
+
+    name: str
+    root: Path
+    spec: spec.EnvSpec
+
+    @property
+    def lock_path(self) -> Path:
+        return self.root / LOCK_FILES[self.spec.path]
+
+
+def known_envs(out: Path) -> list[str]:
+    if not out.is_dir():
+        return []
+
+    def natural(name: str) -> list[Any]:
+        return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+    return sorted((p.parent.name for p in out.glob(f"*/{META}")), key=natural)
+
+
+def load_target(out: Path, name: str) -> Target:
+    root = out / name
+    meta = root / META
+    if not meta.is_file():
+        known = known_envs(out)
+        listing = ", ".join(known) if known else "none (run provision render first)"
+        raise UsageError(f"no environment {name!r} in {out}; known: {listing}")
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        request = data.get("request", data)
+        gpu = spec.GpuPolicy(request.get("gpu_memory"), request.get("gpus"))
+        resolved = spec.resolve(
+            matrix.load(), str(request["tf"]), str(request["path"]), str(request["python"]),
+            str(request.get("name") or name), gpu,
+        )  # fmt: skip
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LockError(
+            f"{meta}: cannot read the request ({exc}); render the environment again"
+        ) from exc
+    for rel in INPUT_FILES[resolved.path]:
+        if not (root / rel).is_file():
+            raise LockError(
+                f"{root / rel} is missing; run: provision render --tf {resolved.release.tf} "
+                f"--path {resolved.path}"
+            )
+    return Target(name, root, resolved)
+
+
+def load_yaml(path: Path | str) -> Any:
+    """YAML through libyaml where PyYAML has it (20x faster on a lock than the pure loader)."""
+    import yaml
+
+    text = path.read_text(encoding="utf-8") if isinstance(path, Path) else path
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def dump_yaml(data: Any) -> str:
+    """What conda-lock's writer produces (PyYAML's dump, insertion order), through libyaml."""
+    import yaml
+
+    return str(yaml.dump(data, sort_keys=False, Dumper=getattr(yaml, "CDumper", yaml.Dumper)))
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _input_yaml(target: Target, rel: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = load_yaml(target.root / rel)
+    except yaml.YAMLError as exc:
+        raise LockError(f"{target.root / rel} is not valid YAML: {one_line(exc)}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise LockError(f"{target.root / rel} is not a mapping; render the environment again")
+    return data
+
+
+def strip_auth(url: str) -> str:
+    return re.sub(r"//[^/@]+@", "//", url)
+
+
+def env_channels(target: Target) -> list[str]:
+    """The channels environment.yml names (what conda-lock uses without --channel)."""
+    data = _input_yaml(target, "environment.yml")
+    return [str(c) for c in data.get("channels") or [] if str(c) != "nodefaults"]
+
+
+@dataclass(frozen=True)
+class Environment:
+    """environment.yml as the lock reads it: conda match specs and the pip section."""
+
+    conda: tuple[str, ...]  # whitespace normalised, in the file's order
+    pip: tuple[Requirement, ...]
+
+
+def read_environment(target: Target) -> Environment:
+    conda: list[str] = []
+    pip: list[Requirement] = []
+    for dep in _input_yaml(target, "environment.yml").get("dependencies") or []:
+        if isinstance(dep, dict) and "pip" in dep:
+            lines = "\n".join(str(r) for r in dep["pip"] or [])
+            pip += parse_requirements(lines, f"{target.name}/environment.yml (pip)")
+        elif isinstance(dep, dict):
+            conda.append(json.dumps(dep, sort_keys=True))  # conda-lock says what it makes of it
+        else:
+            conda.append(normal_match_spec(str(dep)))
+    return Environment(tuple(conda), tuple(pip))
+
+
+def normal_match_spec(text: str) -> str:
+    """`python >= 3.8` and `python>=3.8` are one spec; `numpy 1.2` (name, space, version) stays."""
+    return re.sub(r"\s*([=<>!~,|]+)\s*", r"\1", " ".join(text.split()))
+
+
+def virtual_packages(target: Target, platforms: Sequence[str]) -> dict[str, dict[str, str]]:
+    """platform -> {virtual package: its spec} from virtual-packages.yml, whitespace normalised."""
+    subdirs = _input_yaml(target, "virtual-packages.yml").get("subdirs") or {}
+    out = {}
+    for platform in sorted(platforms):
+        entry = subdirs.get(platform) if isinstance(subdirs, dict) else None
+        packages = entry.get("packages") if isinstance(entry, dict) else None
+        out[platform] = {
+            str(k): " ".join(str(v).split())
+            for k, v in sorted((packages if isinstance(packages, dict) else {}).items())
+        }
+    return out
+
+
+def requirements_in(target: Target) -> list[Requirement]:
+    text = (target.root / "requirements.in").read_text(encoding="utf-8")
+    return parse_requirements(text, f"{target.name}/requirements.in")
