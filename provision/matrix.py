@@ -16,7 +16,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from provision.errors import MatrixError, UnknownRelease
+from provision.errors import MatrixError, UnknownRelease, UsageError
 from provision.payload import targets as gpu_targets
 
 if sys.version_info >= (3, 11):
@@ -138,6 +138,12 @@ class Matrix:
     sources: dict[str, Source] = field(repr=False)
 
     def release(self, tf: str) -> Release:
+        """The row of a release a user typed: X.Y or X.Y.Z (a leading v is fine); '2.13a' or
+        '2.13.0.1' name no release."""
+        if not re.fullmatch(r"[vV]?[0-9]+\.[0-9]+(\.[0-9]+)?", tf.strip()):
+            raise UsageError(
+                f"TensorFlow {tf!r} is not a release number; give X.Y or X.Y.Z, e.g. 2.13"
+            )
         wanted = _minor_of(tf)
         for row in self.releases:
             if row.tf == wanted:

@@ -14,6 +14,7 @@ from provision.matrix import Cuda, Cudnn, Matrix, Release
 PathKind = Literal["conda", "system", "pip"]
 PATHS: tuple[PathKind, ...] = ("conda", "system", "pip")
 DEFAULT_PATH: PathKind = "conda"
+_DIGITS = re.compile(r"[0-9]+")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 CHANNEL = "conda-forge"
 PLATFORMS = ("linux-64",)
@@ -29,7 +30,7 @@ class GpuPolicy:
 
     @property
     def memory_limit_mib(self) -> int | None:
-        return int(self.memory) if self.memory and self.memory.isdigit() else None
+        return int(self.memory) if self.memory and _DIGITS.fullmatch(self.memory) else None
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,8 @@ def resolve(
     if why:
         raise UnsupportedCombination(why)
     chosen = python or release.python[-1]
+    if name is not None and not name:
+        raise UsageError("--name is empty; leave it out for the default name")
     env_name = name or default_name(release, kind, python if python != release.python[-1] else None)
     if not NAME_RE.match(env_name):
         raise UsageError(
@@ -196,12 +199,18 @@ def _virtual_packages(cuda: Cuda, release: Release) -> dict[str, str]:
 
 
 def _check_gpu_policy(gpu: GpuPolicy) -> None:
-    if gpu.memory not in (None, "growth") and not (gpu.memory.isdigit() and int(gpu.memory) > 0):
+    if gpu.memory not in (None, "growth") and not (
+        _DIGITS.fullmatch(gpu.memory) and int(gpu.memory) > 0
+    ):
         raise UsageError(
             f"--gpu-memory takes 'growth' or a positive number of MiB, not {gpu.memory!r}"
         )
-    if gpu.devices is not None and not re.fullmatch(r"\d+(,\d+)*", gpu.devices):
-        raise UsageError(f"--gpus takes GPU indices like 0,1, not {gpu.devices!r}")
+    if gpu.devices is not None:
+        indices = gpu.devices.split(",")
+        if not all(_DIGITS.fullmatch(i) for i in indices):
+            raise UsageError(f"--gpus takes GPU indices like 0,1, not {gpu.devices!r}")
+        if len(set(indices)) != len(indices):
+            raise UsageError(f"--gpus names a GPU twice: {gpu.devices!r}")
 
 
 def all_specs(matrix: Matrix) -> list[EnvSpec]:

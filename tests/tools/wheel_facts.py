@@ -49,9 +49,15 @@ LEGACY_MANYLINUX = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014
 
 def index_url() -> str:
     """pip's configured index (PIP_INDEX_URL, pip.conf), else pip's own default."""
-    from provision.pylock import pip_default_index, pip_index_url
+    from provision.pylock import pip_index_url
 
-    return (pip_index_url() or pip_default_index()).rstrip("/")
+    configured = pip_index_url()
+    if configured:
+        return configured.rstrip("/")
+    # pip's own default, from pip itself (the test tools' venv has pip; provision does not need it).
+    from pip._internal.models.index import PyPI
+
+    return str(PyPI.simple_url).rstrip("/")
 
 
 def simple(project: str, index: str | None = None) -> dict[str, Any]:
