@@ -396,26 +396,41 @@ def verify_cmd(
     type=click.Path(path_type=Path, dir_okay=False),
     help="Run with this interpreter instead of envs/NAME's environment.",
 )
-@click.option("--gpus", default="1", show_default=True, help="GPU counts to compare, e.g. 1,2,4.")
-@click.option("--precision", default="float32,mixed_float16,mixed_bfloat16", show_default=True)
+@click.option(
+    "--gpus", default="1", show_default=True, callback=lambda c, p, v: _counts(v, "--gpus"),
+    help="GPU counts to compare, e.g. 1,2,4.",
+)  # fmt: skip
+@click.option(
+    "--precision", default="float32,mixed_float16,mixed_bfloat16", show_default=True,
+    callback=lambda c, p, v: _precisions(v),
+)  # fmt: skip
 @click.option(
     "--model",
     type=click.Choice(("resnet50", "small_cnn", "mlp")),
     default="resnet50",
     show_default=True,
 )
-@click.option("--image-size", type=int, default=32, show_default=True)
-@click.option("--batch-per-replica", type=int, default=128, show_default=True)
-@click.option("--global-batch", type=int, help="Fixed global batch (adjusted to the replicas).")
-@click.option("--steps", type=int, default=30, show_default=True, help="Timed steps per run.")
-@click.option("--warmup", type=int, default=5, show_default=True)
+@click.option("--image-size", type=click.IntRange(min=8), default=32, show_default=True)
+@click.option("--batch-per-replica", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option(
+    "--global-batch", type=click.IntRange(min=1),
+    help="Fixed global batch (adjusted to the replicas).",
+)  # fmt: skip
+@click.option(
+    "--steps", type=click.IntRange(min=1), default=30, show_default=True,
+    help="Timed steps per run.",
+)  # fmt: skip
+@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True)
 @click.option("--jit", is_flag=True, help="Compile the model with XLA.")
 @click.option(
     "--dataset",
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="Directory of .npz files (x, y) instead of synthetic data.",
 )
-@click.option("--cpu-devices", type=int, default=0, help="Use N virtual CPU devices (no GPU).")
+@click.option(
+    "--cpu-devices", type=click.IntRange(min=0), default=0,
+    help="Use N virtual CPU devices (no GPU).",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), help="Write a PNG plot.")
 def bench_cmd(
@@ -538,6 +553,28 @@ def export_cmd(name: str, dest: Path, out: Path | None) -> None:
 
     files = built.export(_find(name, out), dest)
     click.echo(f"exported {name} to {dest} ({len(files)} files)")
+
+
+BENCH_PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+
+
+def _counts(value: str, flag: str) -> str:
+    parts = value.split(",")
+    if not all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts):
+        raise click.BadParameter(f"takes GPU counts like 1,2,4, not {value!r}", param_hint=flag)
+    if len(set(parts)) != len(parts):
+        raise click.BadParameter(f"names a count twice: {value!r}", param_hint=flag)
+    return value
+
+
+def _precisions(value: str) -> str:
+    bad = [p for p in value.split(",") if p not in BENCH_PRECISIONS]
+    if bad:
+        raise click.BadParameter(
+            f"{', '.join(map(repr, bad))}: choose from {', '.join(BENCH_PRECISIONS)}",
+            param_hint="--precision",
+        )
+    return value
 
 
 def main() -> None:
