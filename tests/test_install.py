@@ -27,8 +27,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from provision import environment, install, matrix, tools
-from provision import lock as lock_module
+from provision import environment, install, lockfile, lockinputs, matrix, tools
 from provision.cli import cli
 from provision.create import default_python
 from provision.errors import InstallError
@@ -187,13 +186,13 @@ class Env:
         (self.dir / environment.MANIFEST).write_text(manifest.dumps())
         # `provision lock` would refuse a lock without the matrix's TensorFlow pins; this one is
         # sealed the way it seals its own (header, input digest, body digest, end marker).
-        target = lock_module.load_target(self.out, self.name)
+        target = lockinputs.load_target(self.out, self.name)
         platforms = list(target.spec.platforms)
-        body = text + "    # via -r requirements.in\n" + lock_module.end_line(1)
-        head = lock_module.header(
+        body = text + "    # via -r requirements.in\n" + lockfile.end_line(1)
+        head = lockfile.header(
             target,
-            lock_module.inputs(target, platforms, []),
-            lock_module.regen_command(target, platforms, []),
+            lockfile.inputs(target, platforms, []),
+            lockfile.regen_command(target, platforms, []),
             hashlib.sha256(body.encode()).hexdigest(),
         )
         (self.dir / "requirements.lock").write_text(head + body)
