@@ -366,7 +366,7 @@ def verify_cmd(
 ) -> None:
     """Run the smoke test inside NAME's environment, as Jupyter, IDEs and cron run it (no
     activation), and compare the report with the spec."""
-    from provision import verify
+    from provision import environment, verify
 
     env = None
     if name is not None:
@@ -376,6 +376,9 @@ def verify_cmd(
             prefix = found.prefix
     elif python is None and prefix is None:
         raise click.UsageError("give an environment NAME, --prefix DIR or --python EXE")
+    else:
+        # An interpreter or prefix of an environment built here is judged against its spec.
+        env = environment.built_at(python, prefix)
     result = verify.verify(
         env, python=python, prefix=prefix, require_gpu=require_gpu, timeout=timeout
     )

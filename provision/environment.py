@@ -303,6 +303,21 @@ def find(name: str, out: Path | None = None) -> Found:
     return Found(env, record if same else None)
 
 
+def built_at(python: Path | None, prefix: Path | None) -> EnvDir | None:
+    """The registered environment whose interpreter or prefix this is, if its directory is there."""
+    wanted = Path(prefix).absolute() if prefix is not None else None
+    exe = Path(python).absolute() if python is not None else None
+    for _, record in registry.records():
+        if isinstance(record, str):
+            continue
+        if Path(record.interpreter) == exe or Path(record.prefix) == wanted:
+            try:
+                return load(Path(record.env_dir))
+            except ManifestError:
+                return None
+    return None
+
+
 # -- what an environment sets up (hooks/runtime.env) ------------------------------------------
 
 

@@ -253,7 +253,7 @@ def _findings(
         add(
             "gpu_policy",
             schema.FAIL if policy else schema.PASS,
-            "; ".join(policy) or "the activation set the policy",
+            "; ".join(policy) or "the environment's policy is in effect",
         )
     return found
 
