@@ -597,6 +597,12 @@ def _pip(
             folders = sorted(
                 {str(Path(lib.path).parent) for lib in host.libraries if lib.env == prefix}
             )
+            if any(e.prefix == prefix and e.hooked for e in host.environments):
+                notes.append(
+                    f"ready in {prefix}; built by provision: its interpreter loads these "
+                    "libraries itself when TensorFlow is imported, with no activation"
+                )
+                return
             notes.append(
                 f"ready in {prefix}; if TensorFlow lists no GPU there, put its NVIDIA libraries "
                 f"on the loader's path: export LD_LIBRARY_PATH={':'.join(folders)}"

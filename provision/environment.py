@@ -287,6 +287,12 @@ def find(name: str, out: Path | None = None) -> Found:
         return Found(load(Path(record.env_dir)), record)
     base = out if out is not None else DEFAULT_OUT
     folder = base / name
+    if not (folder / MANIFEST).is_file() and out is None and record is not None:
+        raise UsageError(
+            f"{name} is built at {record.prefix}, but the directory it was built from "
+            f"({record.env_dir}) is gone; pass --out DIR where its envs/ is now, or forget it "
+            f"with provision remove {name}"
+        )
     if not (folder / MANIFEST).is_file():
         where = f"{out}" if out is not None else f"the registry (provision list) or {DEFAULT_OUT}/"
         known = sorted(

@@ -222,3 +222,45 @@ def test_export_is_self_contained(built: Env, tmp_path: Path) -> None:
     assert report["environment"].get("tensorflow") is None
     code, out = run_cli("export", "tiny", str(dest), "--out", str(built.out))
     assert code == 2 and "exists" in out
+
+
+H200 = ROOT / "tests" / "fixtures" / "h200-env"
+
+
+def test_the_h200_reports_pass_with_no_activation_and_a_memory_limit() -> None:
+    """tests/gpu/device_env.sh on an H200 (driver 580, no network): tf2.21-h200 built by
+    `provision install` from its lock, verified with its bare interpreter (LD_LIBRARY_PATH held only
+    the driver's folder), judged here again against the spec of the environment it was built from;
+    the same environment as a Jupyter kernel and under an empty environment (cron) saw the GPU."""
+    from provision import verify
+
+    h200 = environment.load(H200 / "tf2.21-h200")
+    data = json.loads((H200 / "verify-bare-python.json").read_text())
+    report = data["report"]
+    variables = report["environment"]["variables"]
+    assert "VIRTUAL_ENV" not in variables and "site-packages" not in variables["LD_LIBRARY_PATH"]
+    judged = verify.compare(report, verify.expected_of(h200), require_gpu=True, name=h200.name)
+    assert judged.ok, [f"{o.name}: {o.reason}" for o in judged.failures]
+    assert not judged.cpu_only
+    findings = {o.name: o for o in judged.findings}
+    assert findings["gpu0_compute"].status == "pass"
+    assert findings["gpu_policy"].status == "pass"
+    memory = next(c for c in report["checks"] if c["name"] == "memory")
+    assert "hard limit 4096 MiB" in memory["reason"]
+    for seen in (H200 / "kernel.json", H200 / "cron.json"):
+        facts = json.loads(seen.read_text())
+        assert facts["gpus"] == ["/physical_device:GPU:0"] and facts["limits_mib"] == [4096]
+        assert facts["hook_loaded"] >= 10
+    assert json.loads((H200 / "kernel.json").read_text())["activated"] is False
+
+
+def test_a_registered_environment_whose_directory_is_gone_says_so(
+    built: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shutil.rmtree(built.dir)
+    monkeypatch.chdir(tmp_path)
+    code, out = run_cli("show", "tiny")
+    assert code == 2 and f"tiny is built at {built.prefix}, but the directory" in out
+    assert "provision remove tiny" in out
+    code, out = run_cli("remove", "tiny")  # the registry alone is enough to remove it
+    assert code == 0 and f"removed {built.prefix}" in out

@@ -162,7 +162,8 @@ def probe_environments(ctx: Context) -> EnvironmentFacts:
                 for d in glob(site, "tensorflow-*.dist-info")
             ]
             if tf:
-                envs.append(Environment(ctx.show(prefix), kind, _python_of(site), max(tf)))
+                hooked = (site / "provision_env_hook.pth").is_file()
+                envs.append(Environment(ctx.show(prefix), kind, _python_of(site), max(tf), hooked))
     ordered = tuple(sorted(pythons, key=lambda v: tuple(int(x) for x in v.split("."))))
     detail = f"Python {', '.join(ordered) or 'none'}; {len(envs)} environment(s) with TensorFlow"
     return EnvironmentFacts(ordered, tuple(envs), (Probe("environments", "ok", detail),))

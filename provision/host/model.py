@@ -78,6 +78,8 @@ class Environment:
     kind: str  # conda | venv | python
     python: str  # "3.12"
     tensorflow: str  # installed version, "" when none
+    # provision's start-up hook is installed: the interpreter loads its CUDA libraries itself
+    hooked: bool = False
 
 
 @dataclass(frozen=True)

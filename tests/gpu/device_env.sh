@@ -75,7 +75,7 @@ print(json.dumps({"gpus": [g.name for g in gpus], "limits_mib": [c[0].memory_lim
 """
 try:
     reply = kc.execute_interactive(code, timeout=300, output_hook=lambda m: out.append(
-        m["content"].get("text", "")) if m["msg_type"] == "stream" else None)
+        m["content"]["text"]) if m["msg_type"] == "stream" and m["content"].get("name") == "stdout" else None)
     print("".join(out).strip().splitlines()[-1] if reply["content"]["status"] == "ok" else reply["content"])
 finally:
     kc.stop_channels()
