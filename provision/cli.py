@@ -558,6 +558,54 @@ def export_cmd(name: str, dest: Path, out: Path | None) -> None:
     click.echo(f"exported {name} to {dest} ({len(files)} files)")
 
 
+@cli.command("fleet")
+@click.argument("name", required=False)
+@find_option
+@click.option("--inventory", "-i", type=click.Path(path_type=Path, dir_okay=False),
+              help="Ansible inventory of the hosts.")  # fmt: skip
+@click.option("--limit", metavar="PATTERN", help="Only these hosts (Ansible's --limit).")
+@click.option("--check", is_flag=True, help="Dry run: say what would change, change nothing.")
+@click.option("--forks", type=click.IntRange(min=1), help="Hosts worked on at once.")
+@click.option("--bundle", type=click.Path(path_type=Path, dir_okay=False),
+              help="Install from this offline bundle (provision bundle).")  # fmt: skip
+@click.option("--report-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Where reports go (default: fleet-reports/NAME).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report at the end.")
+@click.option("--roles-path", is_flag=True, help="Print where the provision_env role is; exit.")
+@click.option("--wheel", "wheel_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Write provision's own wheel (what hosts get) into DIR; exit.")  # fmt: skip
+def fleet_cmd(
+    name: str | None,
+    out: Path | None,
+    inventory: Path | None,
+    limit: str | None,
+    check: bool,
+    forks: int | None,
+    bundle: Path | None,
+    report_dir: Path | None,
+    as_json: bool,
+    roles_path: bool,
+    wheel_dir: Path | None,
+) -> None:
+    """Roll NAME out to the inventory's hosts with Ansible: doctor, install from the committed
+    lock, GPU policy, verify, on each host; a summary, fleet.json and fleet.html at the end."""
+    from provision import fleet, fleet_report, selfwheel
+
+    if roles_path or wheel_dir:
+        click.echo(fleet.ROLES if roles_path else selfwheel.build(wheel_dir or Path(".")))
+        return
+    if name is None or inventory is None:
+        raise click.UsageError("give an environment NAME and --inventory FILE")
+    options = fleet.Options(inventory, limit, check, forks, bundle, report_dir)
+    result = fleet.run(_find(name, out).env, options)
+    click.echo(fleet_report.table(result))
+    click.echo(f"reports: {result.files['json']}, {result.files['html']}")
+    if as_json:
+        emit_json(result.as_json())
+    if not result.ok:
+        sys.exit(1)
+
+
 BENCH_PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 

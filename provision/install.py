@@ -36,7 +36,21 @@ from provision.errors import InstallError, ProvisionError, ToolMissing, UsageErr
 MARKER = ".provision-install.json"
 MARKER_SCHEMA = 2
 INSTALL_TIMEOUT = 3600.0
+LOCK_WAIT_S = 5.0
 Installer = Literal["auto", "uv", "pip"]
+
+
+@dataclass(frozen=True)
+class Offline:
+    """Where every file of the lock already is, for a build that asks no index and no channel
+    (`install --from-bundle`): a folder of the lock's wheels, and on the conda path a copy of the
+    lock whose URLs name local files (same packages, same hashes)."""
+
+    find_links: Path
+    conda_lock: Path | None = None
+
+    def pip_env(self) -> dict[str, str]:
+        return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(self.find_links)}
 
 
 @dataclass(frozen=True)
@@ -98,7 +112,12 @@ def state_of(prefix: Path, digest: str | None = None) -> State:
             return "absent"
         marker = read_marker(prefix)
         if marker is None:
-            return "foreign" if not prefix.is_dir() or any(prefix.iterdir()) else "absent"
+            if not prefix.is_dir():
+                return "foreign"
+            names = {p.name for p in prefix.iterdir()}
+            if names == {MARKER + ".tmp"}:
+                return "building"  # killed while writing its first marker
+            return "foreign" if names else "absent"
     except OSError as exc:
         raise InstallError(f"cannot read {prefix}: {exc.strerror}") from exc
     if marker.get("state") != "complete":
@@ -132,17 +151,21 @@ def uv_index_args() -> list[str]:
     return ["--no-config", *(["--index-url", url] if url else [])]
 
 
-def pip_install_argv(venv_python: Path, lock: Path) -> list[str]:
+def pip_install_argv(venv_python: Path, lock: Path, find_links: Path | None = None) -> list[str]:
+    local = ["--no-index", "--find-links", str(find_links)] if find_links else []
     return [
         str(venv_python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-        "--require-hashes", "--no-deps", "-r", str(lock),
+        "--require-hashes", "--no-deps", "-r", str(lock), *local,
     ]  # fmt: skip
 
 
-def uv_install_argv(uv: str, venv_python: Path, lock: Path) -> list[str]:
+def uv_install_argv(uv: str, venv_python: Path, lock: Path, find_links: Path | None = None
+                    ) -> list[str]:  # fmt: skip
+    where = (["--no-config", "--no-index", "--find-links", str(find_links)] if find_links
+             else uv_index_args())  # fmt: skip
     return [
         uv, "pip", "install", "--quiet", "--python", str(venv_python),
-        "--require-hashes", "--no-deps", "-r", str(lock), *uv_index_args(),
+        "--require-hashes", "--no-deps", "-r", str(lock), *where,
     ]  # fmt: skip
 
 
@@ -200,7 +223,11 @@ def _run_step(
         raise _explain(what, done, prefix)
 
 
-def _build_pip(env: EnvDir, prefix: Path, installer: Installer, lock_fd: int | None) -> str:
+def _build_pip(
+    env: EnvDir, prefix: Path, installer: Installer, lock_fd: int | None,
+    offline: Offline | None = None,
+) -> str:  # fmt: skip
+    links = offline.find_links if offline else None
     base_python = tools.find_python(env.python)
     uv = tools.uv_or_none() if installer in ("auto", "uv") else None
     if installer == "uv" and uv is None:
@@ -214,7 +241,8 @@ def _build_pip(env: EnvDir, prefix: Path, installer: Installer, lock_fd: int | N
              "--python", str(base_python), str(prefix)],
             prefix, lock_fd=lock_fd,
         )  # fmt: skip
-        _run_step("uv pip install", uv_install_argv(uv, venv_python, lock), prefix, lock_fd=lock_fd)
+        argv = uv_install_argv(uv, venv_python, lock, links)
+        _run_step("uv pip install", argv, prefix, lock_fd=lock_fd)
         used = "uv"
     else:
         _run_step(
@@ -223,22 +251,27 @@ def _build_pip(env: EnvDir, prefix: Path, installer: Installer, lock_fd: int | N
             prefix,
             lock_fd=lock_fd,
         )
-        _run_step("pip install", pip_install_argv(venv_python, lock), prefix, lock_fd=lock_fd)
+        argv = pip_install_argv(venv_python, lock, links)
+        _run_step("pip install", argv, prefix, lock_fd=lock_fd)
         used = "pip"
     environment.install_hooks(env, prefix)
     return used
 
 
-def _build_conda(env: EnvDir, prefix: Path, solver: str, lock_fd: int | None) -> str:
+def _build_conda(
+    env: EnvDir, prefix: Path, solver: str, lock_fd: int | None, offline: Offline | None = None
+) -> str:
     conda = tools.solver(solver)
+    lock = offline.conda_lock if offline and offline.conda_lock else env.lock
     # -I: `python -m` would put the working directory first on sys.path, and a stray build.py or
     # yaml.py there would be imported in place of conda-lock's own dependencies.
     argv = [
         sys.executable, "-I", "-m", "conda_lock", "install", "--conda", conda,
-        "--prefix", str(prefix), str(env.lock.absolute()),
+        "--prefix", str(prefix), str(lock.absolute()),
     ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="provision-pip-guard-") as guard:
-        _run_step("conda-lock install", argv, prefix, env=_pip_guard(Path(guard)), lock_fd=lock_fd)
+        run_env = {**_pip_guard(Path(guard)), **(offline.pip_env() if offline else {})}
+        _run_step("conda-lock install", argv, prefix, env=run_env, lock_fd=lock_fd)
     _check_pip_part(env.lock, prefix)
     environment.install_hooks(env, prefix)
     return "conda-lock"
@@ -334,6 +367,7 @@ def install(
     installer: Installer = "auto",
     solver: str = "auto",
     script_args: tuple[str, ...] = (),
+    offline: Offline | None = None,
 ) -> InstallResult:
     """Build the environment of `env` at `prefix` (its default prefix unless given), register it.
 
@@ -351,7 +385,7 @@ def install(
     if needs_lock:
         _check_lock(env)
     if env.path == "system":
-        result = _install_system(env, prefix, script_args, start)
+        result = _install_system(env, prefix, script_args, start, offline)
         if "--dry-run" not in script_args and interpreter(result.prefix).exists():
             home = _system_cuda_home(env, prefix)
             environment.install_hooks(env, result.prefix, {"PROVISION_CUDA_HOME": str(home)})
@@ -361,7 +395,7 @@ def install(
         raise UsageError(f"extra arguments {' '.join(script_args)} apply to the system path only")
     target = (Path(prefix) if prefix else env.default_prefix()).absolute()
     with _exclusive(target) as lock_fd:
-        result = _install_at(env, target, force, installer, solver, start, lock_fd)
+        result = _install_at(env, target, force, installer, solver, start, lock_fd, offline)
     _register(env, result, owned=True)
     return result
 
@@ -428,12 +462,20 @@ def _exclusive(target: Path) -> Iterator[int]:
             f"cannot use PROVISION_HOME {registry.home()}: {exc.strerror} ({exc.filename})"
         ) from exc
     with fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise InstallError(
-                f"another provision install is building {target}; wait for it, then re-run"
-            ) from None
+        # A build killed a moment ago may still hold it for as long as its installers take to
+        # die: wait a little before calling it another build.
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise InstallError(
+                        f"another provision install is building {target}; wait for it, "
+                        "then re-run"
+                    ) from None
+                time.sleep(0.1)
         try:
             yield fh.fileno()
         finally:
@@ -448,6 +490,7 @@ def _install_at(
     solver: str,
     start: float,
     lock_fd: int | None = None,
+    offline: Offline | None = None,
 ) -> InstallResult:
     digest = inputs_digest(env)
     lock_sha = sha256_file(env.lock)
@@ -463,7 +506,7 @@ def _install_at(
             env.name, env.path, target, interpreter(target), str(marker.get("installer", "")),
             lock_sha, skipped=True, seconds=time.monotonic() - start,
         )  # fmt: skip
-    used = _build(env, target, state, digest, lock_sha, installer, solver, lock_fd)
+    used = _build(env, target, state, digest, lock_sha, installer, solver, lock_fd, offline)
     return InstallResult(
         env.name, env.path, target, interpreter(target), used, lock_sha,
         skipped=False, seconds=time.monotonic() - start,
@@ -479,9 +522,11 @@ def _build(
     installer: Installer,
     solver: str,
     lock_fd: int | None = None,
+    offline: Offline | None = None,
 ) -> str:
     old = target.with_name(target.name + ".provision-old")
     _clear(old)  # left by a run that was killed while replacing a complete environment
+    _clear(target.with_name(target.name + ".provision-new"))
     kept = state == "absent" and target.is_dir()  # an empty directory someone made for us
     if state in ("stale", "complete"):
         # Keep the working environment until the new one is complete; put it back on failure.
@@ -500,13 +545,20 @@ def _build(
         "inputs_sha256": digest,
     }
     try:
-        if not kept:
-            target.mkdir(parents=True)
-        _write_marker(target, record)
-        if env.path == "conda":
-            used = _build_conda(env, target, solver, lock_fd)
+        if kept:
+            _write_marker(target, record)
         else:
-            used = _build_pip(env, target, installer, lock_fd)
+            # The prefix appears only with its marker in it: a kill at any point leaves either
+            # nothing, or a directory marked as ours and unfinished.
+            staging = target.with_name(target.name + ".provision-new")
+            _clear(staging)
+            staging.mkdir(parents=True)
+            _write_marker(staging, record)
+            staging.rename(target)
+        if env.path == "conda":
+            used = _build_conda(env, target, solver, lock_fd, offline)
+        else:
+            used = _build_pip(env, target, installer, lock_fd, offline)
         _write_marker(target, {**record, "state": "complete", "installer": used})
     except BaseException:
         if kept:
@@ -529,8 +581,9 @@ def system_script() -> Path:
 
 
 def _install_system(
-    env: EnvDir, prefix: Path | None, script_args: tuple[str, ...], start: float
-) -> InstallResult:
+    env: EnvDir, prefix: Path | None, script_args: tuple[str, ...], start: float,
+    offline: Offline | None = None,
+) -> InstallResult:  # fmt: skip
     """The system path's script is idempotent and resumable: it runs as it is, options passed on."""
     variables = env.root / "system.env"
     if not variables.is_file():
@@ -544,7 +597,8 @@ def _install_system(
         argv += ["--python", str(tools.find_python(env.python))]
     argv += list(script_args)
     try:
-        done = _proc.run(argv, cwd=env.root, timeout=INSTALL_TIMEOUT, check=False)
+        pip_env = offline.pip_env() if offline else None  # the venv step's pip: no index
+        done = _proc.run(argv, cwd=env.root, env=pip_env, timeout=INSTALL_TIMEOUT, check=False)
     except ProvisionError as exc:
         raise InstallError(f"{script.name} --vars {variables}: {exc}") from exc
     if not done:

@@ -111,3 +111,7 @@ def real_conda_channel(
     if spec is None:
         pytest.skip("no conda release with cuDNN from the channel at a Python this host has")
     return spec, realconda.build(tmp_path_factory.mktemp("real-conda-channel"), m, spec)
+
+
+# A small real wheel served by a local index, and an environment sealed to it (tests/tinyindex.py).
+from tinyindex import env, index  # noqa: E402, F401

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_install import Env, Index, env, index, run_cli  # noqa: F401 (fixtures)
+from tinyindex import Env, Index, run_cli
 
 from provision import environment, install
 
@@ -29,7 +29,7 @@ def provision(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
 
 
 @pytest.fixture
-def built(index: Index, env: Env) -> Env:  # noqa: F811
+def built(index: Index, env: Env) -> Env:
     env.lock(index.add("1.0"))
     code, out = run_cli("install", env.name, "--out", str(env.out))
     assert code == 0, out

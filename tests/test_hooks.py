@@ -331,9 +331,7 @@ def test_install_hooks_writes_the_runtime_and_hooks_bin_activate_once(
 
 @pytest.mark.parametrize(
     "script",
-    [
-        name for name in sorted(p.name for p in HOOKS.glob("*.sh"))
-    ],
+    [name for name in sorted(p.name for p in HOOKS.glob("*.sh"))],
 )
 def test_hook_scripts_pass_shellcheck(script: str) -> None:
     """As the shell each declares (`# shellcheck shell=`): they are sourced, never run."""

@@ -1,0 +1,261 @@
+"""`provision bundle NAME`: one archive holding everything needed to build NAME with no network.
+
+What goes in (bundle_fetch gathers it through a cache): the environment directory as reviewed
+(its manifest, rendered files and lock, checked as install checks them), every wheel or conda
+package of the lock for the target (each checked against the lock's hash), provision's own wheels
+and its dependencies' for the target's Python, a stdlib bootstrap, and with --with-toolkit the
+system path's runfile and cuDNN archive. The format (manifest first, fixed headers, parts) is
+bundle_format's; the bytes are written beside the final name and renamed into place at the end,
+so a failed or interrupted build leaves no bundle behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tarfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import BinaryIO
+
+from provision import bundle_fetch as fetch
+from provision.bundle_format import (
+    BOOTSTRAP,
+    CHUNK,
+    GROUPS,
+    MANIFEST,
+    BundleError,
+    Manifest,
+    Member,
+    Requires,
+    newest,
+    sha256_file,
+    tar_info,
+    wheel_glibc,
+)
+from provision.bundle_io import Sink
+from provision.environment import MANIFEST as ENV_MANIFEST
+from provision.environment import EnvDir
+from provision.errors import StaleError, UsageError
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    name: str
+    files: tuple[Path, ...]  # the bundle, or its parts in order
+    sha256: str  # of the tar
+    size: int  # bytes on disk, part headers included
+    members: int
+    member_bytes: int  # the sum of the members' sizes
+    seconds: float
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "files": [str(f) for f in self.files],
+            "sha256": self.sha256,
+            "size": self.size,
+            "members": self.members,
+            "member_bytes": self.member_bytes,
+            "overhead": round(self.size / self.member_bytes - 1, 6) if self.member_bytes else 0,
+            "seconds": round(self.seconds, 2),
+        }
+
+
+def host_glibc() -> str:
+    try:
+        text = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (ValueError, OSError):
+        text = ""
+    parts = text.split()
+    return parts[1] if len(parts) == 2 and parts[0] == "glibc" else "2.17"
+
+
+def target_of(
+    env: EnvDir, glibc: str | None, provision_python: str | None, platform: str | None
+) -> fetch.Target:
+    from packaging.version import Version
+
+    from provision.requirements import ARCH
+
+    subdir = platform or env.spec.platforms[0]
+    if subdir not in ARCH:
+        raise UsageError(f"--platform takes one of {', '.join(ARCH)}, not {subdir!r}")
+    if provision_python is None:
+        import sys
+
+        usable = Version(env.python) >= Version("3.10")
+        provision_python = env.python if usable else "%d.%d" % sys.version_info[:2]
+    elif Version(provision_python) < Version("3.10"):
+        raise UsageError(f"--provision-python {provision_python}: provision needs Python >= 3.10")
+    return fetch.Target(env.python, provision_python, ARCH[subdir], glibc or host_glibc(), subdir)
+
+
+def env_items(env: EnvDir) -> list[fetch.Item]:
+    """The environment directory as a reviewer approved it: provision.json, every rendered file
+    it lists, and the lock; nothing else that may lie around in the folder."""
+    rels = sorted({ENV_MANIFEST, env.lock.name, *env.manifest.files})
+    out = []
+    for rel in rels:
+        path = env.root / rel
+        out.append(fetch.Item(f"env/{env.name}/{rel}", "env", path, sha256_file(path)))
+    return out
+
+
+def bootstrap_item() -> fetch.Item:
+    path = Path(str(resources.files("provision") / "scripts" / "bootstrap_bundle.py"))
+    return fetch.Item(BOOTSTRAP, "bootstrap", path, sha256_file(path))
+
+
+def _conda_glibc(env: EnvDir, subdir: str) -> list[tuple[int, int]]:
+    """The __glibc floors the conda packages of the lock declare."""
+    import re
+
+    from provision.lockinputs import load_yaml
+
+    found = []
+    for pkg in (load_yaml(env.lock) or {}).get("package") or []:
+        if pkg.get("platform") != subdir:
+            continue
+        m = re.match(r">=\s*(\d+)\.(\d+)", str((pkg.get("dependencies") or {}).get("__glibc", "")))
+        if m:
+            found.append((int(m.group(1)), int(m.group(2))))
+    return found
+
+
+def requires_of(env: EnvDir, target: fetch.Target, items: Sequence[fetch.Item]) -> Requires:
+    floors = [w for i in items if (w := wheel_glibc(i.path.name)) is not None]
+    if env.path == "conda":
+        floors += _conda_glibc(env, target.subdir)
+    release = tuple(int(x) for x in env.spec.release.glibc_min.split(".")[:2])
+    floors.append((release[0], release[1]))
+    return Requires(
+        machine=target.machine,
+        glibc=newest(floors),
+        python=None if env.path == "conda" else env.python,
+        driver=env.spec.cuda.driver_compat_min,
+        driver_full=env.spec.cuda.driver_min,
+    )
+
+
+def build(
+    env: EnvDir,
+    output: Path,
+    *,
+    split: int | None = None,
+    with_toolkit: bool = False,
+    cache_dir: Path | None = None,
+    provision_python: str | None = None,
+    glibc: str | None = None,
+    platform: str | None = None,
+    wheelhouse: Path | None = None,
+    progress: Progress = lambda line: None,
+) -> BundleResult:
+    """Write the bundle of `env` to `output` (or its parts output.001, ...)."""
+    started = time.monotonic()
+    if with_toolkit and env.path != "system":
+        raise UsageError(f"--with-toolkit is for the system path; {env.name} is on the {env.path}")
+    env.check_reviewed()
+    _check_lock(env)
+    target = target_of(env, glibc, provision_python, platform)
+    cache = fetch.Cache(Path(cache_dir) if cache_dir else fetch.default_cache())
+    items = env_items(env)
+    if env.path == "conda":
+        items += fetch.conda_packages(env.lock, target.subdir, cache, progress)
+    else:
+        progress(f"collecting the wheels of {env.lock.name} for Python {target.python}")
+        items += fetch.lock_wheels(env.lock, target, cache, progress)
+    if with_toolkit:
+        items += fetch.toolkit(env.root / "system.env", cache, progress)
+    progress(f"collecting provision's wheels for Python {target.provision_python}")
+    items += fetch.provision_wheels(target, cache, wheelhouse, progress)
+    items.append(bootstrap_item())
+    items.sort(key=lambda i: (GROUPS.index(i.group), i.name))
+    manifest = Manifest(
+        name=env.name,
+        path=env.path,
+        tf=env.spec.release.pin,
+        python=env.python,
+        platform=target.subdir,
+        lock=env.lock.name,
+        lock_sha256=sha256_file(env.lock),
+        provision_version=_provision_version(items),
+        provision_python=target.provision_python,
+        requires=requires_of(env, target, items),
+        members=tuple(Member(i.name, i.group, i.path.stat().st_size, i.sha256) for i in items),
+    )
+    progress(f"writing {len(items)} members ({manifest.member_bytes / 1e6:.1f} MB) to {output}")
+    files, digest = write(output, manifest, items, split)
+    return BundleResult(
+        env.name, tuple(files), digest, sum(f.stat().st_size for f in files), len(items),
+        manifest.member_bytes, time.monotonic() - started,
+    )  # fmt: skip
+
+
+def _check_lock(env: EnvDir) -> None:
+    from provision import lock
+
+    try:
+        lock.check_lock(env.root.parent, env.name)
+    except StaleError as exc:
+        raise BundleError(f"refusing to bundle {env.name}: {exc}") from exc
+
+
+def _provision_version(items: Sequence[fetch.Item]) -> str:
+    for item in items:
+        if item.group == "provision" and item.path.name.startswith("provision-"):
+            return item.path.name.split("-")[1]
+    raise BundleError("the bundle would hold no provision wheel")
+
+
+class _Checked:
+    """A member's source as the tar reads it, hashed on the way in."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        import hashlib
+
+        self.fh = fh
+        self.hash = hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.fh.read(size)
+        self.hash.update(data)
+        return data
+
+
+def write(
+    output: Path, manifest: Manifest, items: Sequence[fetch.Item], split: int | None
+) -> tuple[list[Path], str]:
+    """The tar: the manifest, then every item as the manifest lists it, each checked against the
+    manifest's sha256 as it is added. Nothing is left at `output` unless all of it was written."""
+    import io
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    sink = Sink(output, split)
+    try:
+        with tarfile.open(
+            fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT, bufsize=CHUNK  # type: ignore[call-overload]
+        ) as tar:
+            data = manifest.dumps()
+            tar.addfile(tar_info(MANIFEST, len(data)), io.BytesIO(data))
+            for item, member in zip(items, manifest.members, strict=True):
+                with open(item.path, "rb") as fh:
+                    checked = _Checked(fh)
+                    try:
+                        tar.addfile(tar_info(member.name, member.size), checked)
+                    except OSError as exc:
+                        raise BundleError(f"{item.path} changed while it was bundled ({exc})") from exc
+                    if checked.hash.hexdigest() != member.sha256 or fh.read(1):
+                        raise BundleError(
+                            f"{item.path} is not the file the lock names (sha256 "
+                            f"{checked.hash.hexdigest()}, expected {member.sha256}); remove it "
+                            "from the cache and bundle again"
+                        )
+        return sink.commit()
+    except BaseException:
+        sink.abort()
+        raise

@@ -1,0 +1,240 @@
+"""provision fleet: roll one environment out to many hosts with Ansible, verify each, report.
+
+The role's logic ships once, in the package (ansible/roles/provision_env, in ansible-galaxy's
+layout: on each host doctor, install from the committed lock, GPU policy, verify). What belongs to
+one environment is small and written here, next to it, to be committed with it:
+envs/NAME/ansible/vars.yml (what the role needs to know) and playbook.yml (how to run it, also with
+an admin's own Ansible). `run` executes that playbook with ansible-core (the pinned `fleet` extra,
+imported by nobody: it runs as its own program), with provision's progress callback, then reads
+the reports the role wrote back to this machine and summarises them (fleet_report).
+
+Hosts need Python but not provision: the role copies a wheel of the running provision
+(selfwheel) and installs it into a venv of its own on each host; its dependencies and the
+environment's packages come from the host's own package index configuration.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision import _proc, fleet_report, selfwheel
+from provision.environment import EnvDir
+from provision.errors import ProvisionError, ToolMissing, UsageError
+
+ANSIBLE_DIR = Path(__file__).with_name("ansible")
+ROLES = ANSIBLE_DIR / "roles"
+CALLBACKS = ANSIBLE_DIR / "callback_plugins"
+ROLE = "provision_env"
+ANSIBLE_CORE = "ansible-core==2.17.14"  # the `fleet` extra pins the same
+FOLDER = "ansible"  # envs/NAME/ansible/
+EVENTS = "events.jsonl"
+
+
+class FleetError(ProvisionError):
+    """The roll-out could not start or could not finish (not a host's own failure)."""
+
+
+@dataclass(frozen=True)
+class Options:
+    inventory: Path
+    limit: str | None = None
+    check: bool = False
+    forks: int | None = None
+    bundle: Path | None = None
+    report_dir: Path | None = None
+    timeout: float = 3600
+
+
+# -- what is generated next to the environment ------------------------------------------------
+
+
+def _yaml_str(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+
+
+def vars_text(env: EnvDir) -> str:
+    """envs/NAME/ansible/vars.yml: the environment as the role sees it. No hosts, no secrets."""
+    from provision import install
+
+    files = sorted({*env.manifest.files, env.lock.name})
+    r = env.request
+    values = {
+        "provision_env_name": env.name,
+        "provision_env_tf": r.tf,
+        "provision_env_path": r.path,
+        "provision_env_python": r.python,
+        "provision_env_lock_sha256": install.sha256_file(env.lock),
+        "provision_env_gpu_memory": r.gpu_memory or "",
+        "provision_env_gpus": r.gpus or "",
+    }
+    lines = [
+        f"# provision fleet: {env.name} for the {ROLE} role that ships with provision.",
+        f"# Written by `provision fleet {env.name}`, which rewrites it. No hosts, no secrets.",
+    ]
+    lines += [f"{k}: {_yaml_str(v)}" for k, v in values.items()]
+    lines.append("provision_env_files:")
+    lines += [f"  - {_yaml_str(f)}" for f in files]
+    return "\n".join(lines) + "\n"
+
+
+def playbook_text(env: EnvDir) -> str:
+    """envs/NAME/ansible/playbook.yml: every host of the inventory gets the environment."""
+    return f"""---
+# Roll out {env.name}: doctor, install from the committed lock, GPU policy, verify; per host.
+# `provision fleet {env.name} --inventory FILE` runs it. With your own ansible-core >= 2.15:
+#   provision fleet --wheel DIR   # provision's wheel, what the hosts install
+#   ANSIBLE_ROLES_PATH="$(provision fleet --roles-path)" ansible-playbook -i INVENTORY \\
+#     envs/{env.name}/ansible/playbook.yml -e provision_env_wheel=DIR/WHEEL \\
+#     -e provision_env_report_dir=REPORTS
+- name: Roll out {env.name}
+  hosts: all
+  gather_facts: false
+  vars_files:
+    - vars.yml
+  roles:
+    - role: {ROLE}
+"""
+
+
+def generated(env: EnvDir) -> dict[str, str]:
+    """Relative path inside envs/NAME -> text, for everything fleet writes next to it."""
+    return {f"{FOLDER}/vars.yml": vars_text(env), f"{FOLDER}/playbook.yml": playbook_text(env)}
+
+
+def write_generated(env: EnvDir) -> list[Path]:
+    """Write (atomically) what changed; return the paths written."""
+    written = []
+    for rel, text in generated(env).items():
+        path = env.root / rel
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        written.append(path)
+    return written
+
+
+# -- running ansible-playbook -----------------------------------------------------------------
+
+
+def ansible_playbook() -> str:
+    """The ansible-playbook of the ansible-core installed with provision (or on PATH)."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("ansible-playbook")
+    if found is None:
+        raise ToolMissing(
+            f"provision fleet runs Ansible, which is not installed: pip install 'provision[fleet]' "
+            f"(or pip install '{ANSIBLE_CORE}')"
+        )
+    return found
+
+
+def playbook_argv(program: str, env: EnvDir, options: Options, extra_vars: Path) -> list[str]:
+    argv = [program, "-i", str(options.inventory), str(env.root / FOLDER / "playbook.yml")]
+    argv += ["-e", f"@{extra_vars}"]
+    if options.limit:
+        argv += ["--limit", options.limit]
+    if options.forks:
+        argv += ["--forks", str(options.forks)]
+    if options.check:
+        argv.append("--check")
+    return argv
+
+
+def ansible_env(events: Path, local_tmp: Path) -> dict[str, str]:
+    """Settings that make the run provision's: its role and progress, host keys always checked."""
+    return {
+        "ANSIBLE_ROLES_PATH": str(ROLES),
+        "ANSIBLE_CALLBACK_PLUGINS": str(CALLBACKS),
+        "ANSIBLE_STDOUT_CALLBACK": "provision_progress",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_HOST_KEY_CHECKING": "True",  # an unknown or changed host key fails that host
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_LOCAL_TEMP": str(local_tmp),
+        "PROVISION_FLEET_EVENTS": str(events),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+def _check_ready(env: EnvDir, options: Options) -> None:
+    from provision import lock
+    from provision.errors import StaleError
+
+    env.check_reviewed()
+    if not env.lock.is_file():
+        raise FleetError(f"{env.name} has no lock yet: run `provision lock {env.name}` first")
+    try:
+        lock.check_lock(env.root.parent, env.name)
+    except StaleError as exc:
+        raise FleetError(f"refusing to roll out {env.name}: {exc}") from exc
+    if options.bundle is not None:
+        raise UsageError(
+            "--bundle is not available yet: provision has no offline bundles (issue 12); "
+            "without it, hosts install from their own package index"
+        )
+    if not options.inventory.is_file():
+        raise UsageError(f"no inventory at {options.inventory}")
+
+
+def default_report_dir(env: EnvDir) -> Path:
+    return Path("fleet-reports") / env.name
+
+
+def run(env: EnvDir, options: Options) -> fleet_report.FleetResult:
+    """Generate, run, collect. The run's progress goes to this process's stdout as it happens."""
+    _check_ready(env, options)
+    program = ansible_playbook()
+    write_generated(env)
+    out = (options.report_dir or default_report_dir(env)).absolute()
+    hosts_dir = out / "hosts"
+    shutil.rmtree(hosts_dir, ignore_errors=True)  # this run's reports only
+    (out / ".ansible").mkdir(parents=True, exist_ok=True)
+    events = out / EVENTS
+    events.write_text("", encoding="utf-8")
+    wheel = selfwheel.build(out / ".wheel")
+    extra = out / ".ansible" / "run-vars.json"
+    extra.write_text(
+        json.dumps(
+            {
+                "provision_env_wheel": str(wheel),
+                "provision_env_report_dir": str(hosts_dir),
+                "provision_env_src": str(env.root.absolute()),
+            },
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
+    argv = playbook_argv(program, env, options, extra)
+    started = time.monotonic()
+    done = _proc.run(
+        argv,
+        env=ansible_env(events, out / ".ansible" / "tmp"),
+        timeout=options.timeout,
+        check=False,
+        capture=False,
+    )
+    seconds = time.monotonic() - started
+    if done.returncode not in (0, 2, 4, 8):  # ok, a host failed, a host unreachable, both
+        raise FleetError(
+            f"ansible-playbook failed before the hosts' results (exit {done.returncode}); "
+            f"its message is above: check the inventory {options.inventory}"
+        )
+    result = fleet_report.collect(
+        env, events, hosts_dir, check=options.check, seconds=seconds, ansible_rc=done.returncode
+    )
+    fleet_report.write(result, out)
+    return result

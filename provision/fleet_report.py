@@ -1,0 +1,302 @@
+"""What a fleet run did on each host: read from the progress events and the reports the role
+wrote back, judged once (Status), shown as a table, a JSON report and a static HTML page."""
+
+from __future__ import annotations
+
+import enum
+import html
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from provision.environment import EnvDir
+
+
+class Status(enum.Enum):
+    READY = "ready"
+    REFUSED = "refused"  # the doctor says the host cannot run the release: left untouched
+    INSTALL_FAILED = "install failed"
+    VERIFY_FAILED = "verify failed"
+    FAILED = "failed"  # another step (setup, GPU policy) failed
+    UNREACHABLE = "unreachable"
+    UNFINISHED = "unfinished"  # the run stopped before this host's result
+    WOULD_BUILD = "would build"  # --check
+    UP_TO_DATE = "up to date"  # --check
+    WOULD_SET_UP = "would set up"  # --check on a host without provision yet
+
+    @property
+    def ok(self) -> bool:
+        return self in (Status.READY, Status.WOULD_BUILD, Status.UP_TO_DATE, Status.WOULD_SET_UP)
+
+
+@dataclass(frozen=True)
+class HostResult:
+    host: str
+    status: Status
+    detail: str
+    gpus: str = ""
+    driver: str = ""
+    seconds: float = 0.0
+    changed: int = 0
+    steps: tuple[dict[str, Any], ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "host": self.host,
+            "result": self.status.value,
+            "ok": self.status.ok,
+            "detail": self.detail,
+            "gpus": self.gpus,
+            "driver": self.driver,
+            "seconds": round(self.seconds, 1),
+            "changed": self.changed,
+            "steps": list(self.steps),
+        }
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    name: str
+    tf: str
+    release: str
+    path: str
+    check: bool
+    seconds: float
+    ansible_rc: int
+    hosts: tuple[HostResult, ...]
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.hosts) and all(h.status.ok for h in self.hosts)
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(h.status.value for h in self.hosts))
+
+    def as_json(self) -> dict[str, object]:
+        from provision import __version__
+
+        return {
+            "schema": 1,
+            "environment": {"name": self.name, "tf": self.tf, "release": self.release,
+                            "path": self.path},
+            "provision": __version__,
+            "check": self.check,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 1),
+            "ansible_rc": self.ansible_rc,
+            "summary": self.counts(),
+            "hosts": [h.as_json() for h in self.hosts],
+        }  # fmt: skip
+
+
+# -- reading a run ------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    out = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line cut short when the run was killed
+        if isinstance(event, dict) and isinstance(event.get("host"), str):
+            out.append(event)
+    return out
+
+
+def _gpus(doctor: dict[str, Any]) -> tuple[str, str]:
+    host = doctor.get("host") if isinstance(doctor.get("host"), dict) else {}
+    assert isinstance(host, dict)
+    names = [str(g.get("name", "?")) for g in host.get("gpus") or [] if isinstance(g, dict)]
+    counted = Counter(names)
+    gpus = ", ".join(f"{n} x {name}" if n > 1 else name for name, n in counted.items())
+    driver = host.get("driver") if isinstance(host.get("driver"), dict) else {}
+    assert isinstance(driver, dict)
+    return gpus or "none", str(driver.get("version") or "none")
+
+
+def _last_line(text: object) -> str:
+    lines = [ln.strip() for ln in str(text or "").splitlines() if ln.strip()]
+    line = lines[-1] if lines else ""
+    return line.removeprefix("provision: error: ")[:400]
+
+
+def _verify_detail(verify: dict[str, Any]) -> str:
+    report = verify.get("report")
+    if not isinstance(report, dict):
+        return _last_line(verify.get("error")) or "the smoke test did not run"
+    failed = [
+        f"{o.get('name')}: {o.get('reason')}"
+        for o in [*report.get("checks", []), *report.get("findings", [])]
+        if isinstance(o, dict) and not o.get("ok", True)
+    ]
+    if report.get("ok"):
+        return "smoke test passed" + (f" ({report['cpu_only']})" if report.get("cpu_only") else "")
+    return "; ".join(failed)[:400] or "the smoke test failed"
+
+
+def _judge(host: str, events: list[dict[str, Any]], reports: Path, check: bool) -> HostResult:
+    mine = [e for e in events if e["host"] == host]
+    steps = tuple(
+        {k: e[k] for k in ("step", "status", "seconds", "detail")} for e in mine if "step" in e
+    )
+    stats = next((e for e in mine if e.get("event") == "stats"), {})
+    verdict = next((e for e in mine if e.get("event") == "verdict"), None)
+    dry = next((e for e in mine if e.get("event") == "check"), None)
+    times = [float(e["t"]) for e in mine if "t" in e]
+    doctor = _read_json(reports / host / "doctor.json").get("report") or {}
+    verify = _read_json(reports / host / "verify.json")
+    install = _read_json(reports / host / "install.json")
+    gpus, driver = _gpus(doctor) if doctor else ("?", "?")
+    bad = next((s for s in steps if s["status"] in ("FAILED", "UNREACHABLE")), None)
+    if bad is not None and bad["status"] == "UNREACHABLE":
+        status, detail = Status.UNREACHABLE, f"at {bad['step']}: {bad['detail']}"
+    elif verdict is not None and verdict.get("status") == "cannot":
+        status, detail = Status.REFUSED, str(verdict.get("reasons") or "cannot run the release")
+    elif bad is not None and bad["step"] == "install":
+        status = Status.INSTALL_FAILED
+        detail = _last_line(install.get("error")) or str(bad["detail"])
+    elif bad is not None and bad["step"] == "verify":
+        status, detail = Status.VERIFY_FAILED, _verify_detail(verify)
+    elif bad is not None:
+        status, detail = Status.FAILED, f"at {bad['step']}: {bad['detail']}"
+    elif check and dry is not None:
+        would = Status.WOULD_BUILD if dry.get("result") == "would build" else Status.UP_TO_DATE
+        status, detail = would, str(verdict.get("status") if verdict else "")
+    elif check and stats:
+        status, detail = Status.WOULD_SET_UP, "provision is not on the host yet"
+    elif verify.get("rc") == 0:
+        status, detail = Status.READY, _verify_detail(verify)
+    else:
+        status, detail = Status.UNFINISHED, "the run ended before this host's result"
+    return HostResult(
+        host=host,
+        status=status,
+        detail=detail,
+        gpus=gpus,
+        driver=driver,
+        seconds=(max(times) - min(times)) if times else 0.0,
+        changed=int(stats.get("changed", 0)),
+        steps=steps,
+    )
+
+
+def collect(
+    env: EnvDir, events_file: Path, reports: Path, *, check: bool, seconds: float, ansible_rc: int
+) -> FleetResult:
+    events = _events(events_file)
+    hosts = sorted({e["host"] for e in events})
+    return FleetResult(
+        name=env.name,
+        tf=env.request.tf,
+        release=env.spec.tf_version,
+        path=env.path,
+        check=check,
+        seconds=seconds,
+        ansible_rc=ansible_rc,
+        hosts=tuple(_judge(h, events, reports, check) for h in hosts),
+    )
+
+
+# -- showing it ---------------------------------------------------------------------------------
+
+COLUMNS = ("host", "GPUs", "driver", "release", "path", "result", "time")
+
+
+def _row(r: FleetResult, h: HostResult) -> list[str]:
+    return [h.host, h.gpus, h.driver, r.release, r.path, h.status.value, f"{h.seconds:.1f} s"]
+
+
+def table(r: FleetResult) -> str:
+    from provision.present import grid
+
+    lines = [grid(COLUMNS, [_row(r, h) for h in r.hosts])]
+    lines += [f"  {h.host}: {h.detail}" for h in r.hosts if h.detail and not h.status.ok]
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(r.counts().items()))
+    mode = " (dry run: nothing was changed)" if r.check else ""
+    lines.append(f"{r.name}: {len(r.hosts)} host(s): {counts or 'none reached'}{mode}")
+    return "\n".join(lines)
+
+
+_CSS = """
+body { font: 15px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #1d232b; }
+h1 { font-size: 1.5rem; margin-bottom: .2rem; } .sub { color: #5b6570; margin-top: 0; }
+table { border-collapse: collapse; width: 100%; margin-top: 1rem; }
+th, td { text-align: left; padding: .45rem .6rem; border-bottom: 1px solid #dde2e7;
+  vertical-align: top; }
+th { background: #f2f4f6; font-weight: 600; } td.num { text-align: right; white-space: nowrap; }
+.badge { display: inline-block; padding: .1rem .55rem; border-radius: .8rem; font-weight: 600;
+  font-size: .85rem; white-space: nowrap; }
+.ok { background: #d8f3dc; color: #1b5e20; } .bad { background: #fde2e1; color: #8e1b13; }
+.warn { background: #fff1c2; color: #6d5200; } .detail { color: #48525c; font-size: .9rem; }
+.counts span { margin-right: 1rem; }
+footer { margin-top: 1.5rem; color: #6b7580; font-size: .85rem; }
+"""
+
+
+def _badge(status: Status) -> str:
+    kind = "ok" if status.ok else "warn" if status is Status.REFUSED else "bad"
+    return f'<span class="badge {kind}">{html.escape(status.value)}</span>'
+
+
+def page(r: FleetResult) -> str:
+    """A static page: no script, no external resource; every value escaped."""
+    from provision import __version__
+
+    e = html.escape
+    rows = "\n".join(
+        "<tr>"
+        + "".join(f"<td>{e(c)}</td>" for c in _row(r, h)[:5])
+        + f"<td>{_badge(h.status)}<div class=detail>{e(h.detail)}</div></td>"
+        + f'<td class="num">{h.seconds:.1f} s</td></tr>'
+        for h in r.hosts
+    )
+    counts = "".join(f"<span>{e(s)}: <b>{n}</b></span>" for s, n in sorted(r.counts().items()))
+    head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
+    mode = " (dry run: nothing was changed)" if r.check else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>provision fleet: {e(r.name)}</title>
+<style>{_CSS}</style></head>
+<body>
+<h1>provision fleet: {e(r.name)}{e(mode)}</h1>
+<p class="sub">TensorFlow {e(r.release)} on the {e(r.path)} path, {len(r.hosts)} host(s),
+{r.seconds:.1f} s in all</p>
+<p class="counts">{counts}</p>
+<table><thead><tr>{head}</tr></thead>
+<tbody>
+{rows}
+</tbody></table>
+<footer>Written by provision {e(__version__)} (provision fleet {e(r.name)}). Each host's doctor,
+install and verify reports lie beside this page, in hosts/HOST/.</footer>
+</body></html>
+"""
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def write(r: FleetResult, out: Path) -> None:
+    """fleet.json and fleet.html in `out`, each replaced whole."""
+    _write(out / "fleet.json", json.dumps(r.as_json(), indent=2) + "\n")
+    _write(out / "fleet.html", page(r))
+    r.files.update(json=str(out / "fleet.json"), html=str(out / "fleet.html"))

@@ -1,0 +1,171 @@
+"""Install provision from a provision bundle on a host that has none, then install the bundle.
+
+Get this script out of the bundle with tar, and run it with the host's python3:
+
+    tar -xOf BUNDLE provision-bundle/bootstrap.py > bootstrap.py                      # one file
+    tail -c +513 BUNDLE.001 | tar -xO --occurrence=1 provision-bundle/bootstrap.py > bootstrap.py
+    python3 bootstrap.py BUNDLE|BUNDLE.001 [options of provision install, e.g. --prefix DIR]
+
+It reads only the start of the bundle (the manifest and provision's wheels) and checks each of
+those members against the manifest, makes a venv at $PROVISION_HOME/venv (by default
+~/.local/share/provision/venv), installs provision there with pip and no index, then runs
+`VENV/bin/provision install --from-bundle BUNDLE ...`, which checks the whole bundle first.
+Standard library only; it runs with any Python 3.8 or newer and says what is missing.
+"""
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = "provision-bundle/"
+PART_MAGIC = b"provision-bundle-part 1\n"
+PART_HEADER = 512
+
+
+def fail(message: str) -> "None":
+    sys.stderr.write(f"bootstrap: error: {message}\n")
+    sys.exit(1)
+
+
+class Parts:
+    """The tar's bytes across NAME.001, NAME.002, ... (each after its 512-byte header)."""
+
+    def __init__(self, first: Path) -> None:
+        m = re.fullmatch(r"(.+)\.(\d{3,})", first.name)
+        if not m:
+            fail(f"{first}: a part's name ends in .001")
+        self.base = first.with_name(m.group(1))  # type: ignore[union-attr]
+        self.number = 0
+        self.fh = None
+        self._next()
+
+    def _next(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+        self.number += 1
+        path = self.base.with_name(f"{self.base.name}.{self.number:03d}")
+        self.fh = open(path, "rb") if path.is_file() else None  # noqa: SIM115
+        if self.fh is not None:
+            self.fh.seek(PART_HEADER)
+
+    def read(self, size: int = -1) -> bytes:
+        while self.fh is not None:
+            data = self.fh.read(size)
+            if data:
+                return data
+            self._next()
+        return b""
+
+
+def open_stream(path: Path):  # type: ignore[no-untyped-def]
+    with open(path, "rb") as fh:
+        split = fh.read(len(PART_MAGIC)) == PART_MAGIC
+    return Parts(path) if split else open(path, "rb")  # noqa: SIM115
+
+
+def read_manifest(tar: tarfile.TarFile, source: Path) -> dict:  # type: ignore[type-arg]
+    info = tar.next()
+    if info is None or info.name != ROOT + "manifest.json":
+        fail(f"{source} is not a provision bundle (its first member is not the manifest)")
+    data = tar.extractfile(info).read()  # type: ignore[union-attr,arg-type]
+    raw = json.loads(data.decode("utf-8"))
+    digest = raw.pop("digest", None)
+    text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+    if digest != hashlib.sha256(text.encode()).hexdigest():
+        fail(f"{source}: the bundle's manifest is damaged (its digest does not match)")
+    return raw  # type: ignore[no-any-return]
+
+
+def extract_provision(tar: tarfile.TarFile, manifest: dict, into: Path) -> None:  # type: ignore[type-arg]
+    wanted = {m["name"]: m for m in manifest["members"] if m["group"] == "provision"}
+    while wanted:
+        info = tar.next()
+        if info is None:
+            fail("the bundle ended before provision's wheels: it is truncated")
+        name = info.name[len(ROOT) :]  # type: ignore[union-attr]
+        member = wanted.pop(name, None)
+        if member is None:
+            continue
+        data = tar.extractfile(info).read()  # type: ignore[union-attr,arg-type]
+        if hashlib.sha256(data).hexdigest() != member["sha256"]:
+            fail(f"{name} in the bundle is corrupt (its sha256 is not the manifest's)")
+        (into / Path(name).name).write_bytes(data)
+
+
+def home() -> Path:
+    explicit = os.environ.get("PROVISION_HOME")
+    if explicit:
+        return Path(explicit).expanduser().absolute()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "provision"
+
+
+def python_for(version: str) -> str:
+    """This interpreter when it is Python X.Y, else pythonX.Y on PATH (re-run with it)."""
+    if "%d.%d" % sys.version_info[:2] == version:
+        return sys.executable
+    from shutil import which
+
+    found = which(f"python{version}")
+    if found is None:
+        fail(
+            f"provision's wheels in this bundle are for Python {version}, and this host has no "
+            f"python{version} (this is Python {'%d.%d' % sys.version_info[:2]}); install it, or "
+            f"build the bundle with --provision-python {'%d.%d' % sys.version_info[:2]}"
+        )
+    return found  # type: ignore[return-value]
+
+
+def installed_version(python: Path) -> str:
+    if not python.exists():
+        return ""
+    done = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('provision'))"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def main(argv: list) -> int:  # type: ignore[type-arg]
+    if len(argv) < 1 or argv[0] in ("-h", "--help"):
+        sys.stdout.write(__doc__ or "")
+        return 0 if argv else 2
+    bundle = Path(argv[0]).absolute()
+    if not bundle.is_file():
+        fail(f"{bundle}: no such file")
+    with tarfile.open(fileobj=open_stream(bundle), mode="r|") as tar:
+        manifest = read_manifest(tar, bundle)
+        version, wanted = manifest["provision_version"], manifest["provision_python"]
+        python = python_for(wanted)
+        if python != sys.executable:
+            os.execv(python, [python, __file__, *argv])
+        venv = home() / "venv"
+        exe = venv / "bin" / "python"
+        if installed_version(exe) != version:
+            with tempfile.TemporaryDirectory(prefix="provision-bootstrap-") as tmp:
+                extract_provision(tar, manifest, Path(tmp))
+                print(f"bootstrap: installing provision {version} into {venv}", flush=True)
+                made = subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)])
+                if made.returncode != 0:
+                    fail(
+                        f"python{wanted} -m venv {venv} failed; install the venv module "
+                        f"(Debian, Ubuntu: apt-get install python{wanted}-venv)"
+                    )
+                pip = [str(exe), "-m", "pip", "install", "--no-index", "--find-links", tmp,
+                       "--disable-pip-version-check", "--quiet", f"provision=={version}"]  # fmt: skip
+                if subprocess.run(pip).returncode != 0:
+                    fail(f"pip could not install provision {version} into {venv} (see above)")
+    provision = venv / "bin" / "provision"
+    print(f"bootstrap: provision {version} is at {provision}; running it", flush=True)
+    os.execv(str(provision), [str(provision), "install", "--from-bundle", str(bundle), *argv[1:]])
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

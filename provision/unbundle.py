@@ -1,0 +1,364 @@
+"""`provision install --from-bundle FILE|FIRST_PART`: the environment of a bundle, built with no
+index and no channel, verified and registered.
+
+In this order, and nothing is copied before each step before it passed:
+1. every part is there, of this bundle, of its size (bundle_io.open_source);
+2. the manifest (the tar's first member) is intact, and this host has what a bundle cannot carry:
+   the machine, a glibc new enough, Python X.Y for a venv, a driver new enough when it has an
+   NVIDIA GPU (or --require-gpu); every shortfall is said at once;
+3. every member is unpacked into a staging folder under PROVISION_HOME, checked against the
+   manifest on the way out (and every part against its header); a damaged, truncated or missing
+   piece is refused naming it, and the staging folder goes;
+4. the environment directory is put in place (PROVISION_HOME/bundled/NAME, or --out DIR) and built
+   by install.install from the staged files alone (pip/uv: --no-index --find-links; conda: a copy
+   of the lock whose URLs name the staged packages), with install's markers: a run killed at any
+   point is completed by running it again;
+5. the smoke test runs (unless --no-verify) and the result is recorded, as `provision list` shows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import platform
+import shutil
+import signal
+import tarfile
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from provision import environment, install, registry
+from provision.bundle_format import CHUNK, MANIFEST, BundleError, Manifest, Member, member_name
+from provision.bundle_io import Reader, Source, open_source
+from provision.environment import EnvDir
+from provision.errors import InstallError
+from provision.verify import VerifyResult
+
+Progress = Callable[[str], None]
+MACHINES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
+FAULT = "PROVISION_TEST_KILL_AT"  # tests: SIGKILL this process at a named point
+
+
+@dataclass(frozen=True)
+class FromBundle:
+    name: str
+    source: str
+    env_dir: Path
+    members: int
+    member_bytes: int
+    installed: install.InstallResult
+    verified: VerifyResult | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.verified is None or self.verified.ok
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "bundle": self.source,
+            "env_dir": str(self.env_dir),
+            "members": self.members,
+            "member_bytes": self.member_bytes,
+            "install": self.installed.as_json(),
+            "verify": self.verified.as_json() if self.verified else None,
+            "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+            "ok": self.ok,
+        }
+
+
+def _fault(point: str) -> None:
+    if os.environ.get(FAULT) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def install_from_bundle(
+    path: Path,
+    *,
+    out: Path | None = None,
+    prefix: Path | None = None,
+    installer: install.Installer = "auto",
+    solver: str = "auto",
+    require_gpu: bool = False,
+    verify: bool = True,
+    timeout: float = 180.0,
+    script_args: tuple[str, ...] = (),
+    progress: Progress = lambda line: None,
+) -> FromBundle:
+    seconds: dict[str, float] = {}
+    started = time.monotonic()
+    source = open_source(path)
+    reader = Reader(source)
+    try:
+        with tarfile.open(fileobj=reader, mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
+            manifest, digest = _manifest(tar, reader, source)
+            progress(
+                f"{source.shown}: {manifest.name} (TensorFlow {manifest.tf}, {manifest.path} "
+                f"path), {len(manifest.members)} members, {manifest.member_bytes / 1e6:.1f} MB"
+            )
+            problems = preflight(manifest, require_gpu)
+            if problems:
+                raise BundleError(
+                    f"this host cannot take {manifest.name} from {source.shown}: "
+                    + "; ".join(problems) + "; nothing was copied"
+                )  # fmt: skip
+            with staging_dir(digest) as staging:
+                unpack(tar, reader, source, manifest, staging, progress)
+                seconds["unpack"] = time.monotonic() - started
+                env = place_env(staging / "env" / manifest.name, out)
+                _fault("unpacked")
+                offline = install.Offline(staging / "wheels", _offline_lock(env, manifest, staging))
+                progress(f"building {manifest.name} with no index and no channel")
+                t0 = time.monotonic()
+                result = install.install(
+                    env, prefix, installer=installer, solver=solver,
+                    script_args=_toolkit_args(manifest, staging, script_args), offline=offline,
+                )  # fmt: skip
+                seconds["install"] = time.monotonic() - t0
+    except (tarfile.TarError, EOFError) as exc:
+        raise BundleError(
+            f"{reader.current} is damaged or truncated ({exc}); nothing was installed"
+        ) from exc
+    finally:
+        reader.close()
+    checked = None
+    if verify:
+        from provision import verify as verify_mod
+
+        progress(f"verifying {manifest.name} (the smoke test)")
+        t0 = time.monotonic()
+        checked = verify_mod.verify(
+            env, prefix=result.prefix, require_gpu=require_gpu, timeout=timeout
+        )
+        seconds["verify"] = time.monotonic() - t0
+    seconds["total"] = time.monotonic() - started
+    return FromBundle(
+        manifest.name, source.shown, env.root, len(manifest.members), manifest.member_bytes,
+        result, checked, seconds,
+    )  # fmt: skip
+
+
+def _manifest(tar: tarfile.TarFile, reader: Reader, source: Source) -> tuple[Manifest, str]:
+    info = tar.next()
+    if info is None or member_name(info) != MANIFEST:
+        raise BundleError(
+            f"{source.shown} is not a provision bundle (its first member is not {MANIFEST})"
+        )
+    fh = tar.extractfile(info)
+    data = fh.read() if fh is not None else b""
+    return Manifest.loads(data, source.shown), hashlib.sha256(data).hexdigest()
+
+
+# -- what a bundle cannot carry ----------------------------------------------------------------
+
+
+def host_driver() -> str:
+    """The NVIDIA driver version NVML or nvidia-smi reports, "" when there is none."""
+    from provision.host.gpu import probe_gpus
+    from provision.host.root import Context
+
+    facts = probe_gpus(Context(None, os.environ, None))
+    return facts.driver.version if facts.driver is not None else ""
+
+
+def preflight(manifest: Manifest, require_gpu: bool) -> list[str]:
+    """Every reason this host cannot build the bundle's environment, in plain words."""
+    from packaging.version import InvalidVersion, Version
+
+    from provision import tools
+    from provision.bundle import host_glibc
+
+    req = manifest.requires
+    problems = []
+    machine = MACHINES.get(platform.machine().lower(), platform.machine())
+    if machine != req.machine:
+        problems.append(f"the bundle is for {req.machine} machines, this one is {machine}")
+    glibc = host_glibc()
+    if Version(glibc) < Version(req.glibc):
+        problems.append(
+            f"its packages need glibc >= {req.glibc} and this host has {glibc} (a bundle cannot "
+            "carry glibc: build the bundle with --glibc of this host, or use a newer system)"
+        )
+    if req.python and not tools.has_python(req.python):
+        problems.append(
+            f"the {manifest.path} path builds a venv from Python {req.python}, which this host "
+            f"lacks (a bundle cannot carry Python): install Python {req.python} (pyenv install "
+            f"{req.python}, your distribution's python{req.python}, or a standalone build) and "
+            "run this again"
+        )
+    driver = host_driver()
+    if driver:
+        try:
+            old = Version(driver) < Version(req.driver)
+        except InvalidVersion:
+            old = False
+        if old:
+            problems.append(
+                f"the NVIDIA driver is {driver}, and CUDA needs >= {req.driver} "
+                f"(>= {req.driver_full} without minor-version compatibility): upgrade the driver "
+                "(a bundle never carries one)"
+            )
+    elif require_gpu:
+        problems.append("--require-gpu: this host has no NVIDIA driver that answers")
+    return problems
+
+
+# -- unpacking ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def staging_dir(digest: str) -> Iterator[Path]:
+    """PROVISION_HOME/unpack/<bundle>: one run at a time per bundle; what a killed run left (of any
+    bundle nobody is unpacking) goes first; removed at the end, whatever happened."""
+    base = registry.home() / "unpack"
+    locks = registry.home() / "locks"
+    base.mkdir(parents=True, exist_ok=True)
+    locks.mkdir(parents=True, exist_ok=True)
+    for left in sorted(base.iterdir()):
+        with open(locks / f"unpack-{left.name}.lock", "a+") as other:
+            with contextlib.suppress(BlockingIOError):
+                fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(left, ignore_errors=True)
+    key = digest[:16]
+    with open(locks / f"unpack-{key}.lock", "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InstallError("another provision install is unpacking this bundle") from None
+        folder = base / key
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def unpack(
+    tar: tarfile.TarFile, reader: Reader, source: Source, manifest: Manifest, into: Path,
+    progress: Progress,
+) -> None:  # fmt: skip
+    """Every member the manifest lists, in its order, each checked against its sha256 and size;
+    nothing the manifest does not list; then the rest of the bundle (its parts' checksums)."""
+    group = ""
+    half = len(manifest.members) // 2
+    for number, member in enumerate(manifest.members):
+        if member.group != group:
+            group = member.group
+            count = len(manifest.group(group))
+            size = sum(m.size for m in manifest.group(group))
+            progress(f"unpacking {group}: {count} file(s), {size / 1e6:.1f} MB")
+        info = tar.next()
+        if info is None:
+            raise BundleError(f"{source.shown} ends before {member.name}: it is truncated")
+        if member_name(info) != member.name or not info.isreg():
+            raise BundleError(
+                f"{source.shown} holds {info.name} where its manifest lists {member.name}"
+            )
+        _extract(tar, info, member, into / member.name, source)
+        if number == half:
+            _fault("unpacking")
+    extra = tar.next()
+    if extra is not None:
+        raise BundleError(f"{source.shown} holds {extra.name}, which its manifest does not list")
+    reader.drain()
+
+
+def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo, member: Member, dest: Path,
+             source: Source) -> None:  # fmt: skip
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fh = tar.extractfile(info)
+    if fh is None:
+        raise BundleError(f"{member.name} in {source.shown} is not a file")
+    h = hashlib.sha256()
+    size = 0
+    with open(dest, "wb") as out:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+            size += len(chunk)
+            out.write(chunk)
+    if size != member.size or h.hexdigest() != member.sha256:
+        raise BundleError(
+            f"{member.name} in {source.shown} is corrupt (sha256 {h.hexdigest()}, {size} bytes; "
+            f"the manifest says {member.sha256}, {member.size} bytes); nothing was installed"
+        )
+
+
+def place_env(staged: Path, out: Path | None) -> EnvDir:
+    """The bundle's environment directory at OUT/NAME (default PROVISION_HOME/bundled/NAME),
+    replaced as a whole; a directory there with hand edits is never replaced."""
+    name = staged.name
+    base = (out if out is not None else registry.home() / "bundled").absolute()
+    dest = base / name
+    if dest.exists():
+        if _same_tree(staged, dest):
+            return environment.load(dest)
+        try:
+            edited = environment.load(dest).edited() if out is not None else []
+        except environment.ManifestError:
+            edited = ["provision.json"]
+        if edited:
+            raise InstallError(
+                f"{dest} is another {name} with changes of its own ({', '.join(edited)}); "
+                "nothing was installed; pass --out DIR to put the bundle's elsewhere"
+            )
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = base / f".{name}.from-bundle-{os.getpid()}"
+    old = base / f".{name}.replaced-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(staged, tmp)
+    if dest.exists():
+        dest.rename(old)
+    tmp.rename(dest)
+    shutil.rmtree(old, ignore_errors=True)
+    return environment.load(dest)
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    def files(root: Path) -> dict[str, bytes]:
+        return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
+                if p.is_file()}  # fmt: skip
+
+    return files(a) == files(b)
+
+
+def _offline_lock(env: EnvDir, manifest: Manifest, staging: Path) -> Path | None:
+    """conda path: the lock with each URL of the target platform naming its staged file."""
+    if env.path != "conda":
+        return None
+    from provision.lockinputs import dump_yaml, load_yaml
+
+    data = load_yaml(env.lock)
+    names = {m.name for m in manifest.members}
+    for pkg in data.get("package") or []:
+        if pkg.get("platform") != manifest.platform:
+            continue
+        file_name = urllib.parse.unquote(str(pkg["url"]).rsplit("/", 1)[-1])
+        rel = f"{'wheels' if pkg.get('manager') == 'pip' else 'conda'}/{file_name}"
+        if rel not in names:
+            raise BundleError(f"the bundle lacks {rel}, which {env.lock.name} names")
+        pkg["url"] = (staging / rel).as_uri()
+    path = staging / "conda-lock.offline.yml"
+    path.write_text(dump_yaml(data), encoding="utf-8")
+    return path
+
+
+def _toolkit_args(manifest: Manifest, staging: Path, args: tuple[str, ...]) -> tuple[str, ...]:
+    """system path: the staged runfile and cuDNN archive, for install-system.sh."""
+    if manifest.path != "system":
+        return args
+    from provision.bundle_fetch import system_values
+
+    values = system_values(staging / "env" / manifest.name / "system.env")
+    extra: list[str] = []
+    for flag, key in (("--runfile", "RUNFILE_NAME"), ("--cudnn-archive", "CUDNN_ARCHIVE_NAME")):
+        staged = staging / "toolkit" / values.get(key, "")
+        if values.get(key) and staged.is_file() and flag not in args:
+            extra += [flag, str(staged)]
+    return (*extra, *args)

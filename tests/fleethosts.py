@@ -1,0 +1,240 @@
+"""Hosts for `provision fleet` tests: network namespaces on this machine, each with a real sshd.
+
+Each host is `ip netns` namespace joined to this machine by a veth pair on loopback-only
+addressing: the host is 127.200.N.2, this machine 127.200.0.1 on every pair (route_localnet lets
+127/8 cross the pair; more specific routes in each side's local table send it there). Nothing
+else is routed, so traffic stays on loopback and the test namespaces. Each host's sshd (Debian's
+openssh-server, `sshd -D` with a config, host key and authorized key in tmp) gives its sessions
+the host's own HOME, a stand-in GPU (tests/fakehost.py: a root read by the doctor through
+PROVISION_HOST_ROOT, its nvidia-smi on PATH) and the host's pip configuration. Hosts share this
+machine's filesystem and its Python, as the machines of one lab share an image.
+
+`Lab` is a context manager: namespaces and their processes are removed on exit, even when a test
+fails; namespaces left by a killed test run are swept at the next start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import fakehost
+
+PREFIX = "pvfleet"
+CONTROL = "127.200.0.1"
+
+
+def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=check)
+
+
+def unavailable() -> str | None:
+    """Why namespace hosts cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "namespace hosts need root (ip netns, veth pairs)"
+    for tool in ("ip", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (apt-get install -y iproute2 openssh-client)"
+    if not Path("/usr/sbin/sshd").is_file():
+        return "sshd is not installed (apt-get install -y openssh-server)"
+    probe = f"{PREFIX}-probe-{os.getpid()}"
+    done = _run("ip", "netns", "add", probe, check=False)
+    if done.returncode != 0:
+        return f"cannot create a network namespace: {done.stderr.strip()}"
+    _run("ip", "netns", "del", probe, check=False)
+    return None
+
+
+def sweep() -> None:
+    """Remove namespaces of test runs whose process is gone (a killed run leaves them)."""
+    listed = _run("ip", "netns", "list", check=False).stdout.split()
+    for name in listed:
+        parts = name.split("-")
+        if len(parts) == 3 and parts[0] == PREFIX and parts[1].isdigit():
+            if not Path(f"/proc/{parts[1]}").exists():
+                _kill_all(name)
+                _run("ip", "netns", "del", name, check=False)
+
+
+def _kill_all(ns: str) -> None:
+    pids = _run("ip", "netns", "pids", ns, check=False).stdout.split()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+@dataclass
+class Host:
+    name: str
+    number: int
+    dir: Path
+    fake: fakehost.FakeHost
+    index_url: str
+    ns: str = ""
+    sshd: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def address(self) -> str:
+        return f"127.200.{self.number}.2"
+
+    @property
+    def home(self) -> Path:
+        return self.dir / "home"
+
+
+class Lab:
+    """Namespace hosts, an SSH user key, a known_hosts and an inventory, all under `base`."""
+
+    def __init__(self, base: Path, lib_cache: Path):
+        self.base = base
+        self.lib_cache = lib_cache
+        self.hosts: dict[str, Host] = {}
+        self.key = base / "id_ed25519"
+        self.known_hosts = base / "known_hosts"
+        self.tag = os.getpid()
+        base.mkdir(parents=True, exist_ok=True)
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fleet-test", "-f", str(self.key))
+        (base / "authorized_keys").write_text(self.key.with_suffix(".pub").read_text())
+        self.known_hosts.write_text("")
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
+
+    # -- hosts --
+
+    def add(self, name: str, gpu: Callable[[Path, Path], fakehost.FakeHost], index_url: str) -> Host:
+        number = len(self.hosts) + 1
+        folder = self.base / "hosts" / name
+        fake = gpu(folder / "gpu", self.lib_cache)
+        host = Host(name, number, folder, fake, index_url)
+        host.home.mkdir(parents=True)
+        self.hosts[name] = host
+        self._network(host)
+        self._sshd_config(host)
+        self.start(host)
+        return host
+
+    def _network(self, host: Host) -> None:
+        host.ns = f"{PREFIX}-{self.tag}-{host.number}"
+        outer, inner = f"pvf{self.tag % 100000}o{host.number}", f"pvf{self.tag % 100000}i{host.number}"
+        ns = ["ip", "netns", "exec", host.ns]
+        _run("ip", "netns", "add", host.ns)
+        _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+        _run("ip", "link", "set", inner, "netns", host.ns)
+        _run(*ns, "ip", "link", "set", "lo", "up")
+        _run("sysctl", "-qw", f"net.ipv4.conf.{outer}.route_localnet=1")
+        _run(*ns, "sysctl", "-qw", f"net.ipv4.conf.{inner}.route_localnet=1")
+        _run("ip", "addr", "add", f"{CONTROL}/32", "dev", outer)
+        _run(*ns, "ip", "addr", "add", f"{host.address}/32", "dev", inner)
+        _run("ip", "link", "set", outer, "up")
+        _run(*ns, "ip", "link", "set", inner, "up")
+        _run("ip", "route", "add", f"{host.address}/32", "dev", outer, "src", CONTROL,
+             "table", "local")  # fmt: skip
+        _run(*ns, "ip", "route", "add", f"{CONTROL}/32", "dev", inner, "src", host.address,
+             "table", "local")  # fmt: skip
+
+    def _sshd_config(self, host: Host) -> None:
+        key = host.dir / "ssh_host_ed25519_key"
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key))
+        bin_dir = host.dir / "bin"
+        bin_dir.mkdir()
+        smi = next(host.fake.root.glob("usr/bin/nvidia-smi"), None)
+        if smi is not None:
+            (bin_dir / "nvidia-smi").symlink_to(smi)
+        (host.dir / "pip.conf").write_text(f"[global]\nindex-url = {host.index_url}\n")
+        host.env = {
+            "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(host.home),
+            "PROVISION_HOST_ROOT": str(host.fake.root),
+            "PIP_CONFIG_FILE": str(host.dir / "pip.conf"),
+            "LANG": "C.UTF-8",
+        }
+        setenv = " ".join(f"{k}={v}" for k, v in host.env.items())
+        (host.dir / "sshd_config").write_text(
+            f"ListenAddress {host.address}:22\nHostKey {key}\nPidFile {host.dir}/sshd.pid\n"
+            f"AuthorizedKeysFile {self.base}/authorized_keys\nPermitRootLogin prohibit-password\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n"
+            "StrictModes no\nPrintMotd no\nMaxSessions 50\nMaxStartups 100\nLogLevel ERROR\n"
+            f"SetEnv {setenv}\nSubsystem sftp internal-sftp\n"
+        )
+        pub = key.with_suffix(".pub").read_text().split()
+        with self.known_hosts.open("a") as f:
+            f.write(f"{host.address} {pub[0]} {pub[1]}\n")
+
+    def start(self, host: Host) -> None:
+        """(Re)start the host's sshd and wait until it answers on port 22."""
+        host.sshd = subprocess.Popen(
+            ["ip", "netns", "exec", host.ns, "/usr/sbin/sshd", "-D", "-e",
+             "-f", str(host.dir / "sshd_config")],
+            stdout=subprocess.DEVNULL, stderr=(host.dir / "sshd.log").open("ab"),
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection((host.address, 22), 1) as s:
+                if s.recv(64).startswith(b"SSH-"):
+                    return
+            time.sleep(0.1)
+        raise RuntimeError(f"sshd of {host.name} did not answer: {(host.dir / 'sshd.log').read_text()}")
+
+    def kill(self, host: Host) -> None:
+        """Everything running on the host dies at once: sshd, sessions, installers."""
+        _kill_all(host.ns)
+        if host.sshd is not None:
+            host.sshd.wait(10)
+
+    def ssh(self, host: Host, command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["ssh", "-i", str(self.key), "-o", f"UserKnownHostsFile={self.known_hosts}",
+             "-o", "GlobalKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
+             f"root@{host.address}", command],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    def inventory(self, path: Path | None = None, extra: dict[str, str] | None = None) -> Path:
+        """A YAML inventory of every host; the user key and known_hosts come from here only."""
+        path = path or self.base / "inventory.yml"
+        lines = ["all:", "  hosts:"]
+        for host in self.hosts.values():
+            lines.append(f"    {host.name}:")
+            lines.append(f"      ansible_host: {host.address}")
+            for k, v in (extra or {}).get(host.name, {}).items():  # type: ignore[attr-defined]
+                lines.append(f"      {k}: {v}")
+        lines += [
+            "  vars:",
+            "    ansible_user: root",
+            f"    ansible_ssh_private_key_file: {self.key}",
+            f"    ansible_ssh_common_args: -o UserKnownHostsFile={self.known_hosts}"
+            " -o GlobalKnownHostsFile=/dev/null",
+            "    ansible_python_interpreter: /usr/bin/python3",
+        ]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def close(self) -> None:
+        for host in self.hosts.values():
+            if host.ns:
+                _kill_all(host.ns)
+                if host.sshd is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        host.sshd.wait(10)
+                _run("ip", "netns", "del", host.ns, check=False)
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextlib.contextmanager
+def lab(base: Path, lib_cache: Path) -> Iterator[Lab]:
+    sweep()
+    with Lab(base, lib_cache) as it:
+        yield it
