@@ -205,8 +205,23 @@ def lock_cmd(
         sys.exit(1)
 
 
+def bundle_install_options(f: F) -> F:
+    """install --from-bundle: what only a bundle install takes."""
+    f = click.option("-q", "--quiet", is_flag=True, help="--from-bundle: no progress on stderr.")(f)
+    f = click.option("--no-verify", is_flag=True, help="--from-bundle: skip the smoke test.")(f)
+    f = click.option(
+        "--require-gpu", is_flag=True,
+        help="--from-bundle: a host without an NVIDIA driver, or a smoke test without a GPU, fails.",
+    )(f)  # fmt: skip
+    return click.option(
+        "--from-bundle", "bundle", type=click.Path(path_type=Path, dir_okay=False),
+        help="Build from an offline bundle (provision bundle), or its first part, with no network; "
+        "--out DIR: where its environment directory goes (default PROVISION_HOME/bundled).",
+    )(f)  # fmt: skip
+
+
 @cli.command("install", context_settings={"ignore_unknown_options": False})
-@click.argument("name")
+@click.argument("name", required=False)
 @find_option
 @click.option("--prefix", type=click.Path(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Rebuild even when the environment is complete.")
@@ -219,9 +234,10 @@ def lock_cmd(
     default="auto", show_default=True, help="conda path: what conda-lock solves with.",
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@bundle_install_options
 @click.argument("script_args", nargs=-1, metavar="[-- INSTALL.SH OPTIONS]")
 def install_cmd(
-    name: str,
+    name: str | None,
     out: Path | None,
     prefix: Path | None,
     force: bool,
@@ -229,12 +245,22 @@ def install_cmd(
     solver: str,
     as_json: bool,
     script_args: tuple[str, ...],
+    **from_bundle: Any,
 ) -> None:
     """Build NAME on this machine from its lock (conda prefix, venv, or the system script).
 
-    --force rebuilds a complete environment and accepts rendered files edited by hand."""
+    --force rebuilds a complete environment and accepts rendered files edited by hand.
+    --from-bundle FILE builds, verifies and registers the bundle's environment with no network."""
     from provision import install
 
+    if from_bundle["bundle"] is not None:
+        if force:
+            raise click.UsageError("--force does not apply to --from-bundle")
+        _install_from_bundle(name, out, prefix, installer, solver, as_json, script_args,
+                             **from_bundle)  # fmt: skip
+        return
+    if name is None:
+        raise click.UsageError("give an environment NAME, or --from-bundle FILE")
     found = _find(name, out)
     if prefix is None and found.record is not None and found.record.owned:
         prefix = Path(found.record.prefix)  # rebuild where it was built
@@ -602,6 +628,81 @@ def fleet_cmd(
     click.echo(f"reports: {result.files['json']}, {result.files['html']}")
     if as_json:
         emit_json(result.as_json())
+    if not result.ok:
+        sys.exit(1)
+
+
+@cli.command("bundle")
+@click.argument("name")
+@find_option
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+              help="The bundle file (default: NAME.bundle.tar; parts: FILE.001, ...).")  # fmt: skip
+@click.option("--split", metavar="SIZE",
+              help="Write parts smaller than SIZE (4G fits FAT32; 650M, 63000000, 63MB).")  # fmt: skip
+@click.option("--with-toolkit", is_flag=True,
+              help="system path: carry NVIDIA's CUDA runfile and cuDNN archive too.")  # fmt: skip
+@click.option("--provision-python", metavar="X.Y",
+              help="Python of the target that runs provision (default: the environment's, "
+              "when >= 3.10, else this one's).")  # fmt: skip
+@click.option("--glibc", metavar="X.Y", help="The target's glibc (default: this host's).")
+@click.option("--platform", metavar="SUBDIR", help="Target platform (default: the spec's).")
+@click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Where downloads are kept (default: the user's cache).")  # fmt: skip
+@click.option("--provision-wheels", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              help="Take provision's wheels and its dependencies' from DIR as they are.")  # fmt: skip
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def bundle_cmd(
+    name: str, out: Path | None, output: Path | None, split: str | None, with_toolkit: bool,
+    provision_python: str | None, glibc: str | None, platform: str | None,
+    cache_dir: Path | None, provision_wheels: Path | None, quiet: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """One archive holding everything needed to build NAME on a machine with no network."""
+    from provision import bundle, bundle_format
+
+    result = bundle.build(
+        _find(name, out).env, output or Path(f"{name}.bundle.tar"),
+        split=bundle_format.parse_size(split) if split else None, with_toolkit=with_toolkit,
+        cache_dir=cache_dir, provision_python=provision_python, glibc=glibc, platform=platform,
+        wheelhouse=provision_wheels, progress=_progress(quiet),
+    )  # fmt: skip
+    if as_json:
+        emit_json(result.as_json())
+        return
+    shown = result.files[0] if len(result.files) == 1 else f"{len(result.files)} parts"
+    click.echo(
+        f"wrote {shown} ({result.size / 1e6:.1f} MB, {result.members} members, "
+        f"{result.member_bytes / 1e6:.1f} MB of members) in {result.seconds:.1f} s"
+    )
+    for part in result.files if len(result.files) > 1 else ():
+        click.echo(f"  {part}")
+    click.echo(f"on the target: provision install --from-bundle {result.files[0]}")
+
+
+def _progress(quiet: bool) -> Callable[[str], None]:
+    return (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+
+
+def _install_from_bundle(
+    name: str | None, out: Path | None, prefix: Path | None, installer: str, solver: str,
+    as_json: bool, script_args: tuple[str, ...], *, bundle: Path, require_gpu: bool,
+    no_verify: bool, quiet: bool,
+) -> None:  # fmt: skip
+    from provision import unbundle
+
+    result = unbundle.install_from_bundle(
+        bundle, name=name, out=out, prefix=prefix, installer=installer,  # type: ignore[arg-type]
+        solver=solver, require_gpu=require_gpu, verify=not no_verify, script_args=script_args,
+        progress=_progress(quiet),
+    )  # fmt: skip
+    if as_json:
+        emit_json(result.as_json())
+    else:
+        built = result.installed
+        done = "already built" if built.skipped else f"built with {built.installer}"
+        click.echo(f"{result.name}: {done} at {built.prefix} (inputs: {result.env_dir})")
+        if result.verified is not None:
+            click.echo("\n".join(result.verified.lines()))
     if not result.ok:
         sys.exit(1)
 

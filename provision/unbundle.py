@@ -36,7 +36,7 @@ from provision import environment, install, registry
 from provision.bundle_format import CHUNK, MANIFEST, BundleError, Manifest, Member, member_name
 from provision.bundle_io import Reader, Source, open_source
 from provision.environment import EnvDir
-from provision.errors import InstallError
+from provision.errors import InstallError, UsageError
 from provision.verify import VerifyResult
 
 Progress = Callable[[str], None]
@@ -81,6 +81,7 @@ def _fault(point: str) -> None:
 def install_from_bundle(
     path: Path,
     *,
+    name: str | None = None,
     out: Path | None = None,
     prefix: Path | None = None,
     installer: install.Installer = "auto",
@@ -98,6 +99,8 @@ def install_from_bundle(
     try:
         with tarfile.open(fileobj=reader, mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
             manifest, digest = _manifest(tar, reader, source)
+            if name is not None and name != manifest.name:
+                raise UsageError(f"{source.shown} is a bundle of {manifest.name}, not of {name}")
             progress(
                 f"{source.shown}: {manifest.name} (TensorFlow {manifest.tf}, {manifest.path} "
                 f"path), {len(manifest.members)} members, {manifest.member_bytes / 1e6:.1f} MB"
@@ -278,11 +281,20 @@ def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo, member: Member, dest: 
         raise BundleError(f"{member.name} in {source.shown} is not a file")
     h = hashlib.sha256()
     size = 0
-    with open(dest, "wb") as out:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-            out.write(chunk)
+    try:
+        with open(dest, "wb") as out:
+            while chunk := fh.read(CHUNK):
+                h.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+    except OSError as exc:
+        if isinstance(exc, BundleError):
+            raise
+        raise InstallError(
+            f"cannot unpack {member.name} into {dest.parent}: {exc.strerror or exc}; nothing was "
+            f"installed (the bundle is unpacked under PROVISION_HOME, {registry.home()}: it needs "
+            "free space for the whole bundle)"
+        ) from exc
     if size != member.size or h.hexdigest() != member.sha256:
         raise BundleError(
             f"{member.name} in {source.shown} is corrupt (sha256 {h.hexdigest()}, {size} bytes; "

@@ -16,11 +16,16 @@ fails; namespaces left by a killed test run are swept at the next start.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import http.server
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,10 +63,10 @@ def sweep() -> None:
     listed = _run("ip", "netns", "list", check=False).stdout.split()
     for name in listed:
         parts = name.split("-")
-        if len(parts) == 3 and parts[0] == PREFIX and parts[1].isdigit():
-            if not Path(f"/proc/{parts[1]}").exists():
-                _kill_all(name)
-                _run("ip", "netns", "del", name, check=False)
+        mine = len(parts) == 3 and parts[0] == PREFIX and parts[1].isdigit()
+        if mine and not Path(f"/proc/{parts[1]}").exists():
+            _kill_all(name)
+            _run("ip", "netns", "del", name, check=False)
 
 
 def _kill_all(ns: str) -> None:
@@ -109,7 +114,9 @@ class Lab:
 
     # -- hosts --
 
-    def add(self, name: str, gpu: Callable[[Path, Path], fakehost.FakeHost], index_url: str) -> Host:
+    def add(
+        self, name: str, gpu: Callable[[Path, Path], fakehost.FakeHost], index_url: str
+    ) -> Host:
         number = len(self.hosts) + 1
         folder = self.base / "hosts" / name
         fake = gpu(folder / "gpu", self.lib_cache)
@@ -123,7 +130,10 @@ class Lab:
 
     def _network(self, host: Host) -> None:
         host.ns = f"{PREFIX}-{self.tag}-{host.number}"
-        outer, inner = f"pvf{self.tag % 100000}o{host.number}", f"pvf{self.tag % 100000}i{host.number}"
+        outer, inner = (
+            f"pvf{self.tag % 100000}o{host.number}",
+            f"pvf{self.tag % 100000}i{host.number}",
+        )
         ns = ["ip", "netns", "exec", host.ns]
         _run("ip", "netns", "add", host.ns)
         _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
@@ -181,7 +191,9 @@ class Lab:
                 if s.recv(64).startswith(b"SSH-"):
                     return
             time.sleep(0.1)
-        raise RuntimeError(f"sshd of {host.name} did not answer: {(host.dir / 'sshd.log').read_text()}")
+        raise RuntimeError(
+            f"sshd of {host.name} did not answer: {(host.dir / 'sshd.log').read_text()}"
+        )
 
     def kill(self, host: Host) -> None:
         """Everything running on the host dies at once: sshd, sessions, installers."""
@@ -197,14 +209,16 @@ class Lab:
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
 
-    def inventory(self, path: Path | None = None, extra: dict[str, str] | None = None) -> Path:
+    def inventory(
+        self, path: Path | None = None, extra: dict[str, dict[str, str]] | None = None
+    ) -> Path:
         """A YAML inventory of every host; the user key and known_hosts come from here only."""
         path = path or self.base / "inventory.yml"
         lines = ["all:", "  hosts:"]
         for host in self.hosts.values():
             lines.append(f"    {host.name}:")
             lines.append(f"      ansible_host: {host.address}")
-            for k, v in (extra or {}).get(host.name, {}).items():  # type: ignore[attr-defined]
+            for k, v in (extra or {}).get(host.name, {}).items():
                 lines.append(f"      {k}: {v}")
         lines += [
             "  vars:",
@@ -231,6 +245,126 @@ class Lab:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- a package index the hosts reach (on 127.200.0.1, this machine's end of every pair) --------
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class Index:
+    """PEP 503 pages for every wheel in `root`, served at /simple/; /broken/simple/ answers 500
+    for every download (a host whose index is down). `stall` holds downloads of `stall_name`
+    until `release` is set; `requested` is set when one is asked for."""
+
+    root: Path
+    url: str = ""
+    stall_name: str = ""
+    requested: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def broken_url(self) -> str:
+        return self.url.replace("/simple", "/broken/simple")
+
+    def page(self, project: str) -> bytes | None:
+        wheels = sorted(
+            w for w in self.root.glob("*.whl") if _norm(w.name.split("-")[0]) == _norm(project)
+        )
+        if not wheels:
+            return None
+        links = "".join(
+            f'<a href="/files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
+            f"{w.name}</a>\n"
+            for w in wheels
+        )
+        return f"<html><body>\n{links}</body></html>\n".encode()
+
+
+def _handler(index: Index) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?")[0]
+            broken = path.startswith("/broken/")
+            path = path.removeprefix("/broken")
+            if path.startswith("/simple/"):
+                body = index.page(path[len("/simple/") :].strip("/"))
+                if body is None:
+                    return self._send(404, b"not found\n")
+                return self._send(200, body, "text/html")
+            wheel = index.root / path.removeprefix("/files/")
+            if not path.startswith("/files/") or not wheel.is_file():
+                return self._send(404, b"not found\n")
+            if broken:
+                return self._send(500, b"index on fire\n")
+            if index.stall_name and wheel.name.startswith(index.stall_name):
+                index.requested.set()
+                index.release.wait(300)
+            return self._send(200, wheel.read_bytes(), "application/zip")
+
+        def _send(self, code: int, body: bytes, kind: str = "text/plain") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.wfile.write(body)
+
+    return Handler
+
+
+@contextlib.contextmanager
+def serve(root: Path) -> Iterator[Index]:
+    index = Index(root)
+    server = http.server.ThreadingHTTPServer((CONTROL, 0), _handler(index))
+    server.daemon_threads = True
+    index.url = f"http://{CONTROL}:{server.server_address[1]}/simple"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield index
+    finally:
+        index.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def provision_requirements() -> list[str]:
+    """What provision's wheel requires on a host (its metadata, without extras)."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    reqs = importlib.metadata.distribution("provision").requires or []
+    return sorted(r for r in reqs if Requirement(r).marker is None or "extra" not in r)
+
+
+def provision_wheels(cache: Path, python: str) -> Path:
+    """The wheels of provision's dependencies for a host's Python, downloaded once and cached
+    (the hosts install them from the test's index, as a lab's hosts do from theirs)."""
+    reqs = provision_requirements()
+    key = hashlib.sha256("\n".join([python, *reqs]).encode()).hexdigest()[:12]
+    folder = cache / f"fleet-wheels-py{python}-{key}"
+    if folder.is_dir():
+        return folder
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(tmp),
+         "--only-binary=:all:", "--python-version", python, *reqs],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        import pytest
+
+        pytest.skip(f"cannot download provision's dependencies: {done.stderr.strip()[-300:]}")
+    tmp.rename(folder)
+    return folder
 
 
 @contextlib.contextmanager

@@ -87,7 +87,7 @@ def test_two_gpu_scaling_measured_on_h200_is_near_linear() -> None:
 
 def test_unknown_environment_is_one_line() -> None:
     result = CliRunner().invoke(cli, ["bench", "nope", "--out", "/nonexistent-envs"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a name that names nothing: a usage error
     assert result.output.count("\n") == 1 and "provision: error:" in result.output
 
 

@@ -313,17 +313,16 @@ def test_verify_with_an_interpreter_runs_the_payload_through_the_cli() -> None:
     assert "No module named 'tensorflow'" in failed["tf_version"]
 
 
-def test_the_memory_limit_hook_is_rendered_only_with_a_limit() -> None:
+def test_the_gpu_policy_is_in_the_runtime_only_when_asked_for() -> None:
+    """The memory limit and visible devices travel as runtime.env values; the hook shipped in the
+    package applies them (tests/test_hooks.py runs it)."""
     m = matrix_module.load()
-    hook_files = {"hooks/provision_gpu_policy.py", "hooks/provision_gpu_policy.pth"}
-    for memory, present in ((None, False), ("growth", False), ("2048", True)):
+    for memory, present in ((None, False), ("growth", True), ("2048", True)):
         files = render_module.render(resolve(m, "2.21", "pip", gpu=GpuPolicy(memory, None)), m)
-        assert (hook_files <= set(files)) is present, memory
+        assert ("PROVISION_GPU_MEMORY=" in files["hooks/runtime.env"]) is present, memory
     files = render_module.render(resolve(m, "2.21", "pip", gpu=GpuPolicy("2048", "0")), m)
-    assert "import provision_gpu_policy" in files["hooks/provision_gpu_policy.pth"].splitlines()
-    assert "PROVISION_GPU_MEMORY_LIMIT_MIB=2048" in files["hooks/activate.sh"]
-    assert "CUDA_VISIBLE_DEVICES=0" in files["hooks/activate.sh"]
-    compile(files["hooks/provision_gpu_policy.py"], "provision_gpu_policy.py", "exec")
+    assert "PROVISION_GPU_MEMORY='2048'" in files["hooks/runtime.env"]
+    assert "PROVISION_GPUS='0'" in files["hooks/runtime.env"]
 
 
 # --- comparing reports with the spec ---------------------------------------------------------
@@ -343,9 +342,12 @@ def test_fixture_reports_verify_as_their_names_say(path: Path) -> None:
     for soname in libs.get("details", {}).get("cannot_open", []):
         assert soname in libs["reason"]
     text = "\n".join(result.lines())
+    notes = [", ".join(o.name for o in result.failures), result.cpu_only]
+    shown = "; ".join(n for n in notes if n)
     assert text.splitlines()[-1] == ("verify: PASS" if result.ok else "verify: FAIL") + (
-        "" if result.ok else f" ({', '.join(o.name for o in result.failures)})"
+        f" ({shown})" if shown else ""
     )
+    assert bool(result.cpu_only) is not bool(report["environment"].get("gpus"))
     json.dumps(result.as_json())
 
 
@@ -427,13 +429,13 @@ def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str
 def test_verify_needs_a_name_or_an_interpreter() -> None:
     code, _, err = invoke("verify")
     assert code == 2
-    assert err == "provision: error: give an environment NAME, or --python EXE\n"
+    assert err.splitlines()[-1] == "Error: give an environment NAME, --prefix DIR or --python EXE"
 
 
 def test_verify_of_an_environment_that_is_not_rendered(tmp_path: Path) -> None:
     code, _, err = invoke("verify", "tf2.13-pip", "--out", str(tmp_path))
-    assert code == 1
-    assert "has no provision.json: render it first" in err
+    assert code == 2
+    assert f"no environment 'tf2.13-pip' in {tmp_path}" in err and "render it" in err
 
 
 def test_verify_of_an_environment_that_is_not_built(tmp_path: Path) -> None:
@@ -442,7 +444,8 @@ def test_verify_of_an_environment_that_is_not_built(tmp_path: Path) -> None:
         "verify", "tf2.13-pip", "--out", str(tmp_path), env={"PROVISION_HOME": str(tmp_path / "h")}
     )
     assert code == 1
-    assert f"no environment at {tmp_path / 'h' / 'envs' / 'tf2.13-pip'}" in err
+    where = tmp_path / "h" / "envs" / "tf2.13-pip" / "bin" / "python"
+    assert f"no interpreter at {where}: build it with `provision install tf2.13-pip`" in err
 
 
 # --- real TensorFlow, CPU mode (slow) ---------------------------------------------------------
