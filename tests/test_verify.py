@@ -545,35 +545,43 @@ def purelib(python: Path) -> Path:
 def test_the_memory_limit_hook_applies_after_tensorflow_imports(
     tf_env: TfEnv, tmp_path: Path
 ) -> None:
-    """The hook as install puts it (a .pth in site-packages) and the activation variable: in a
-    venv that sees the TensorFlow venv's packages (a .pth), so the cached venv stays as it is."""
+    """The hooks as install puts them, in a venv that sees the TensorFlow venv's packages (a .pth),
+    so the cached venv stays as it is; nothing activated, no variable set by the test."""
+    from provision import environment
+
     m = matrix_module.load()
     release = m.release(tf_env.tf)
-    spec = resolve(m, release.tf, "pip", tfvenv.python_for(release), "lim", GpuPolicy("1024", None))
-    files = render_module.render(spec, m)
+    out = tmp_path / "envs"
+    code, _, err = invoke(
+        "render", "--tf", release.tf, "--path", "pip", "--python", tfvenv.python_for(release),
+        "--name", "lim", "--gpu-memory", "1024", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    env_dir = environment.load(out / "lim")
     venv = tmp_path / "venv"
     subprocess.run([str(tf_env.python), "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site_dir = purelib(python)
     (site_dir / "00-tensorflow-venv.pth").write_text(f"{purelib(tf_env.python)}\n")
-    for rel in ("hooks/provision_gpu_policy.py", "hooks/provision_gpu_policy.pth"):
-        (site_dir / Path(rel).name).write_text(files[rel])
-    env = {"PROVISION_GPU_MEMORY_LIMIT_MIB": "1024"}
+    environment.install_hooks(env_dir, venv)
     probe = subprocess.run(
-        [str(python), "-I", "-c", "import tensorflow, provision_gpu_policy as h; print(h.applied)"],
-        capture_output=True, text=True, env={**os.environ, **env}, timeout=300,
+        [str(python), "-I", "-c",
+         "import tensorflow, provision_env_hook as h; print(h.state['limit_mib'], h.state['gpus'],"
+         " h.state['error'])"],
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert probe.stdout.strip() == "{'limit_mib': 1024, 'gpus': 0, 'error': None}"
+    assert probe.stdout.split() == ["1024", "0", "None"], probe.stderr[-2000:]
     want = tmp_path / "expected.json"
-    want.write_text(json.dumps(expected(spec)))
+    want.write_text(json.dumps(expected(env_dir.spec)))
     args = ("--checks", "gpu_policy", "--expected", str(want))
-    code, report = run_smoke(python, *args, env=env)
+    code, report = run_smoke(python, *args)
     check = report["checks"][0]
     assert (check["status"], code) == ("pass", 0), check["reason"]
     assert "asks for 1024 MiB" in check["reason"]
+    env = {"PROVISION_GPU_MEMORY_LIMIT_MIB": "1024"}
     _, report = run_smoke(tf_env.python, *args, env=env)  # no hook in this environment
     assert report["checks"][0]["reason"].startswith(
-        "the start-up hook provision_gpu_policy was not loaded"
+        "the start-up hook provision_env_hook was not loaded"
     )
 
 
