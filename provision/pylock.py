@@ -10,8 +10,6 @@ and a lock must not depend on them. Dependencies resolve as of the pinned Tensor
 
 from __future__ import annotations
 
-import configparser
-import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,47 +23,12 @@ from provision.lockinputs import Target
 from provision.requirements import ARCH, exact_pins, norm, requirement_lines
 from provision.requirements import pins as pins
 from provision.spec import EnvSpec
+from provision.tools import pip_index_url as pip_index_url  # pip's configured index
 
 # The manylinux tags uv's --python-platform accepts (uv 0.9+); a row's glibc floor maps to the
 # nearest one at or above it (2.27 -> manylinux_2_28: uv has no 2_27).
 UV_MANYLINUX = ((2, 17), (2, 28), *((2, minor) for minor in range(31, 41)))
 uv_bin = tools.uv  # the name tests/bench knows; tools finds uv for every caller
-
-
-def _config_files(env: Mapping[str, str]) -> list[Path]:
-    """pip's configuration files, lowest precedence first (global, user, site, PIP_CONFIG_FILE)."""
-    explicit = env.get("PIP_CONFIG_FILE")
-    if explicit == os.devnull:
-        return []
-    home = Path(env.get("HOME") or Path.home())
-    xdg_dirs = (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep)
-    files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs if d] + [Path("/etc/pip.conf")]
-    if not (explicit and Path(explicit).exists()):
-        xdg_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
-        files += [home / ".pip" / "pip.conf", xdg_home / "pip" / "pip.conf"]
-    files.append(Path(sys.prefix) / "pip.conf")
-    if explicit:
-        files.append(Path(explicit))
-    return files
-
-
-def pip_index_url(env: Mapping[str, str] | None = None) -> str | None:
-    """The index-url pip would use for `pip install` here, or None for pip's built-in default."""
-    env = os.environ if env is None else env
-    if env.get("PIP_INDEX_URL"):
-        return env["PIP_INDEX_URL"]
-    found: str | None = None
-    for path in _config_files(env):
-        parser = configparser.RawConfigParser()
-        try:
-            parser.read(path, encoding="utf-8")
-        except (configparser.Error, OSError, UnicodeDecodeError):
-            continue
-        for section in ("global", "install"):
-            for key in ("index-url", "index_url"):
-                if parser.has_option(section, key):
-                    found = parser.get(section, key).strip()
-    return found or None
 
 
 def index_args(index_url: str | None) -> list[str]:

@@ -1,13 +1,15 @@
-"""Finding the programs provision drives: a Python X.Y, uv, and a conda-compatible solver.
+"""Finding what provision drives: a Python X.Y, uv, a conda-compatible solver, the package index.
 
 One place, one behaviour: install, lock, create and the bundle ask here, never PATH directly.
 """
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 import sys
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
@@ -108,6 +110,45 @@ def uv() -> str:
     if found is None:
         raise ToolMissing("uv is not installed (pip install uv, or reinstall provision)")
     return found
+
+
+# -- the package index -------------------------------------------------------------------------
+
+
+def _config_files(env: Mapping[str, str]) -> list[Path]:
+    """pip's configuration files, lowest precedence first (global, user, site, PIP_CONFIG_FILE)."""
+    explicit = env.get("PIP_CONFIG_FILE")
+    if explicit == os.devnull:
+        return []
+    home = Path(env.get("HOME") or Path.home())
+    xdg_dirs = (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep)
+    files = [Path(d) / "pip" / "pip.conf" for d in xdg_dirs if d] + [Path("/etc/pip.conf")]
+    if not (explicit and Path(explicit).exists()):
+        xdg_home = Path(env.get("XDG_CONFIG_HOME") or home / ".config")
+        files += [home / ".pip" / "pip.conf", xdg_home / "pip" / "pip.conf"]
+    files.append(Path(sys.prefix) / "pip.conf")
+    if explicit:
+        files.append(Path(explicit))
+    return files
+
+
+def pip_index_url(env: Mapping[str, str] | None = None) -> str | None:
+    """The index-url pip would use for `pip install` here, or None for pip's built-in default."""
+    env = os.environ if env is None else env
+    if env.get("PIP_INDEX_URL"):
+        return env["PIP_INDEX_URL"]
+    found: str | None = None
+    for path in _config_files(env):
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(path, encoding="utf-8")
+        except (configparser.Error, OSError, UnicodeDecodeError):
+            continue
+        for section in ("global", "install"):
+            for key in ("index-url", "index_url"):
+                if parser.has_option(section, key):
+                    found = parser.get(section, key).strip()
+    return found or None
 
 
 # -- conda-compatible solvers ------------------------------------------------------------------
