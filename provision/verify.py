@@ -24,6 +24,7 @@ from provision.environment import EnvDir
 from provision.errors import UsageError, VerifyError
 from provision.payload import judge
 from provision.payload import report as schema
+from provision.payload.status import FAIL, PASS, WARN, CheckStatus, check_status
 from provision.payload_app import payload_argv
 
 DEFAULT_TIMEOUT = schema.DEFAULT_TIMEOUT
@@ -46,12 +47,12 @@ class Outcome:
     """One named result: a smoke-test check, or a fact of the report compared with the spec."""
 
     name: str
-    status: str  # pass | warn | skip | fail
+    status: CheckStatus
     reason: str
 
     @property
     def ok(self) -> bool:
-        return self.status != schema.FAIL
+        return self.status != FAIL
 
     def as_json(self) -> dict[str, object]:
         return {"name": self.name, "status": self.status, "ok": self.ok, "reason": self.reason}
@@ -135,15 +136,13 @@ def _checks(report: Mapping[str, Any]) -> tuple[Outcome, ...]:
     for raw in report["checks"]:
         if not isinstance(raw, dict):
             continue
-        status = str(raw.get("status"))
         reason = str(raw.get("reason") or "")
-        if status not in schema.STATUSES:
-            status, reason = schema.FAIL, f"unknown status {status!r}: {reason}"
+        status = check_status(raw.get("status"))
+        if status is None:
+            status, reason = FAIL, f"unknown status {str(raw.get('status'))!r}: {reason}"
         out.append(Outcome(str(raw.get("name")), status, reason))
     names = {o.name for o in out}
-    out += [
-        Outcome(n, schema.FAIL, "missing from the report") for n in schema.CHECKS if n not in names
-    ]
+    out += [Outcome(n, FAIL, "missing from the report") for n in schema.CHECKS if n not in names]
     return tuple(out)
 
 
@@ -161,7 +160,7 @@ def _findings(
     env = _dict(report.get("environment"))
     found: list[Outcome] = []
 
-    def add(name: str, status: str, reason: str) -> None:
+    def add(name: str, status: CheckStatus, reason: str) -> None:
         found.append(Outcome(name, status, reason))
 
     baked = _dict(report.get("expected"))
@@ -172,28 +171,28 @@ def _findings(
         diff = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in ((k, *v) for k, v in stale.items()))
         add(
             "rendering",
-            schema.WARN,
+            WARN,
             f"the smoke test expected other values than the spec now does ({diff}): re-render",
         )
     else:
-        add("rendering", schema.PASS, "the smoke test expected what the spec says")
+        add("rendering", PASS, "the smoke test expected what the spec says")
 
     tf_found, tf_want = env.get("tensorflow"), expected.get("tf_version")
     if tf_want:
         if tf_found == tf_want:
-            add("tensorflow", schema.PASS, f"TensorFlow {tf_found}")
+            add("tensorflow", PASS, f"TensorFlow {tf_found}")
         else:
             add(
                 "tensorflow",
-                schema.FAIL,
+                FAIL,
                 f"TensorFlow {tf_found or 'not importable'}, the spec says {tf_want}",
             )
     py_found, py_want = str(env.get("python") or ""), expected.get("python")
     if py_want:
         if judge.same_release(py_found, py_want) and len(judge.version_tuple(py_found)) >= 2:
-            add("python", schema.PASS, f"Python {py_found}")
+            add("python", PASS, f"Python {py_found}")
         else:
-            add("python", schema.FAIL, f"Python {py_found or '?'}, the spec says {py_want}")
+            add("python", FAIL, f"Python {py_found or '?'}, the spec says {py_want}")
 
     bi = _dict(env.get("build_info"))
     if bi:
@@ -208,11 +207,11 @@ def _findings(
         if expected.get("cudnn") and not judge.same_release(built_cudnn, expected["cudnn"]):
             problems.append(f"built with cuDNN {built_cudnn}, the spec says {expected['cudnn']}")
         if problems:
-            add("build", schema.FAIL, "; ".join(problems))
+            add("build", FAIL, "; ".join(problems))
         else:
             add(
                 "build",
-                schema.PASS,
+                PASS,
                 f"built with CUDA {bi.get('cuda_version')}, cuDNN {built_cudnn}",
             )
 
@@ -231,7 +230,7 @@ def _findings(
             )
             add(f"gpu{gpu.get('index')}_compute", status, f"{gpu.get('name')}: {reason}")
     if require_gpu and not gpus:
-        add("gpu_required", schema.FAIL, "no GPU in the report, and --require-gpu was given")
+        add("gpu_required", FAIL, "no GPU in the report, and --require-gpu was given")
 
     variables = _dict(env.get("variables"))
     policy = []
@@ -252,7 +251,7 @@ def _findings(
     if expected.get("gpus") or expected.get("gpu_memory"):
         add(
             "gpu_policy",
-            schema.FAIL if policy else schema.PASS,
+            FAIL if policy else PASS,
             "; ".join(policy) or "the environment's policy is in effect",
         )
     return found
@@ -271,9 +270,7 @@ def compare(
     findings = _findings(data, expected, require_gpu) if expected else []
     if not expected and require_gpu and not (env.get("gpus") or []):
         findings.append(
-            Outcome(
-                "gpu_required", schema.FAIL, "no GPU in the report, and --require-gpu was given"
-            )
+            Outcome("gpu_required", FAIL, "no GPU in the report, and --require-gpu was given")
         )
     return VerifyResult(
         name=name,

@@ -31,11 +31,11 @@ from provision.host.model import (
     HostReport,
     Library,
     Probe,
-    ProbeStatus,
     Ptxas,
 )
 from provision.host.report import probe
 from provision.host.root import DEFAULT_TIMEOUT
+from provision.payload.status import ProbeStatus
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 from provision.errors import ProvisionError
+from provision.payload.status import ProbeStatus
 
 SCHEMA = 1
 KINDS = ("cudart", "cudnn", "cublas")
-
-ProbeStatus = Literal["ok", "absent", "failed", "timeout", "skipped"]
 
 
 @dataclass(frozen=True)

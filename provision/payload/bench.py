@@ -36,6 +36,15 @@ from .bench_model import (
 )
 
 SCHEMA = 1
+EVENT = "provision-bench-event "  # a line on stderr: this prefix, then one JSON object
+
+
+def event(**fields: Any) -> None:
+    """Progress for whoever runs the benchmark (`provision bench` shows it): which configuration
+    starts, how long it will take once its first steps are timed, how it ended."""
+    print(EVENT + json.dumps(fields), file=sys.stderr, flush=True)
+
+
 PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 MODELS = ("resnet50", "small_cnn", "mlp")
 
@@ -168,12 +177,23 @@ def run_config(
             self.times.append(time.perf_counter() - self.t0)
 
     timer = Timer()
+    total_steps = args.warmup + args.steps
+
+    class Estimate(tf.keras.callbacks.Callback):  # type: ignore[misc]
+        """After the second step (the first compiles), the rest at the pace of the second."""
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            if batch == 1 and total_steps > 2 and len(timer.times) >= 2:
+                left = timer.times[1] * (total_steps - 2)
+                event(event="estimate", gpus=n, precision=precision, seconds=round(left, 1),
+                      step_s=round(timer.times[1], 4))  # fmt: skip
+
     model.fit(
         ds,
         steps_per_epoch=args.warmup + args.steps,
         epochs=1,
         verbose=0,
-        callbacks=[timer],
+        callbacks=[timer, Estimate()],
         shuffle=False,
     )
     timed = timer.times[args.warmup :]
@@ -267,26 +287,26 @@ def main(argv: list[str] | None = None, prog: str = "bench") -> int:
             "messages": messages,
         }
         failed: list[dict[str, Any]] = []
-        for prec in precisions:
-            for c in counts:
-                try:
-                    row = run_config(tf, args, devices[:c], prec, data, messages)
-                except BenchError:
-                    raise
-                except Exception as exc:  # one configuration failing must not hide the others
-                    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                    failed.append({"gpus": c, "precision": prec, "error": first[:300]})
-                    print(f"  {c} x {prec:<15} failed: {first[:120]}", file=sys.stderr, flush=True)
-                    tf.keras.backend.clear_session()
-                    set_policy(tf, "float32")
-                    continue
-                report["runs"].append(row)
-                print(
-                    f"  {c} x {prec:<15} {row['images_per_s']:>10.1f} img/s  "
-                    f"acc {row['accuracy']:.3f}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        configs = [(prec, c) for prec in precisions for c in counts]
+        for index, (prec, c) in enumerate(configs, start=1):
+            event(event="config", index=index, total=len(configs), gpus=c, precision=prec)
+            try:
+                row = run_config(tf, args, devices[:c], prec, data, messages)
+            except BenchError:
+                raise
+            except Exception as exc:  # one configuration failing must not hide the others
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                failed.append({"gpus": c, "precision": prec, "error": first[:300]})
+                print(f"  {c} x {prec:<15} failed: {first[:120]}", file=sys.stderr, flush=True)
+                tf.keras.backend.clear_session()
+                set_policy(tf, "float32")
+                continue
+            report["runs"].append(row)
+            print(
+                f"  {c} x {prec:<15} {row['images_per_s']:>10.1f} img/s  acc {row['accuracy']:.3f}",
+                file=sys.stderr,
+                flush=True,
+            )
         report["failed"] = failed
         if not report["runs"]:
             raise BenchError(f"every configuration failed; first: {failed[0]['error']}")

@@ -11,8 +11,9 @@ from typing import Callable, Dict, Optional, Tuple
 from . import cudalibs, probes
 from .context import Ctx
 from .judge import judge_library_version, same_release
-from .report import FAIL, PASS, SKIP, WARN, Result, result
-from .runner import describe_exit
+from .report import Result, result
+from .runner import describe_exit, dies_with_parent
+from .status import FAIL, PASS, SKIP, WARN
 
 
 def check_tf_version(ctx: Ctx) -> Result:
@@ -229,6 +230,7 @@ def _raw_version(path: str, lib: str, loaded_by_tf: bool) -> int:
         stdin=subprocess.DEVNULL,
         capture_output=True,
         timeout=120,
+        preexec_fn=dies_with_parent(),  # a killed smoke test leaves no probe behind
     )
     out = done.stdout.decode(errors="replace").strip()
     if done.returncode != 0 or not out.lstrip("-").isdigit():

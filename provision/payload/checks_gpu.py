@@ -10,7 +10,8 @@ from typing import Any, Dict
 from . import probes
 from .context import Ctx
 from .judge import judge_compute, version_tuple
-from .report import FAIL, HOOK_MODULE, MEMORY_LIMIT_VAR, PASS, SKIP, WARN, Result, result
+from .report import HOOK_MODULE, MEMORY_LIMIT_VAR, Result, result
+from .status import FAIL, PASS, SKIP, WARN
 
 NOT_APPLIED = "neither the environment's start-up hook nor its activation applied it"
 MATMUL_N = 8192

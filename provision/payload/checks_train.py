@@ -7,7 +7,8 @@ from typing import Any, Optional, Tuple
 from .checks_gpu import rel_error
 from .context import Ctx, dist_version
 from .judge import version_tuple
-from .report import FAIL, PASS, Result, result
+from .report import Result, result
+from .status import FAIL, PASS
 
 
 def _mirrored_step(ctx: Ctx) -> Result:

@@ -11,7 +11,8 @@ from typing import Any, Callable, Dict, NoReturn
 
 from . import checks_build, checks_gpu, checks_train
 from .context import Ctx, child_setup
-from .report import FAIL, Result, result
+from .report import Result, result
+from .status import FAIL
 
 FAULT_VAR = "PROVISION_SMOKE_FAULT"  # hang:<check> or crash:<check>, for tests
 

@@ -8,7 +8,8 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import targets as targets_mod
-from .report import FAIL, PASS, WARN, Result
+from .report import Result
+from .status import FAIL, PASS, WARN, CheckStatus
 
 
 def version_tuple(text: Any) -> Tuple[int, ...]:
@@ -24,7 +25,9 @@ def same_release(found: Any, expected: Any) -> bool:
     return n > 0 and f[:n] == e[:n]
 
 
-def judge_library_version(what: str, found: str, expected: Optional[str]) -> Tuple[str, str]:
+def judge_library_version(
+    what: str, found: str, expected: Optional[str]
+) -> Tuple[CheckStatus, str]:
     """A loaded runtime against the spec: same major; a lower minor fails, a higher one warns."""
     f, e = version_tuple(found), version_tuple(expected)
     if not f:
@@ -49,7 +52,7 @@ def judge_library_version(what: str, found: str, expected: Optional[str]) -> Tup
 
 def judge_compute(
     cc: str, build_targets: Sequence[str], compute_min: Optional[str]
-) -> Tuple[str, str]:
+) -> Tuple[CheckStatus, str]:
     """Can this build run kernels on a GPU of compute capability `cc`?
 
     SASS (sm_XY) runs on the same major at an equal or higher minor; PTX (compute_XY) is
@@ -217,7 +220,7 @@ def classify_log(text: str, gpu_host: bool) -> Result:
     }
 
 
-def judge_log(classified: Result) -> Tuple[str, str]:
+def judge_log(classified: Result) -> Tuple[CheckStatus, str]:
     n_benign = sum(classified["benign"].values())
     if classified["problems"]:
         return FAIL, "known problem in TensorFlow's log: {}".format(

@@ -15,7 +15,8 @@ changes meaning or disappears bumps it). One JSON object:
                           gpus [{index, name, compute_capability}] (as TensorFlow sees them),
                           setup {memory_growth | memory_limit_mib | virtual_cpus, errors}
   checks                  list in run order of {name, status, reason, seconds, details}
-                          status "pass" | "warn" | "skip" | "fail"; a warn or skip never fails
+                          status "pass" | "warn" | "skip" | "fail" (status.CheckStatus); a
+                          warn or skip never fails
   summary                 {status "pass"|"fail", passed, warned, skipped, failed, gpu_count,
                           require_gpu, seconds}
 Checks and their details:
@@ -43,15 +44,16 @@ Checks and their details:
   logs                {benign {label: count}, problems [...], warnings [...],
                        unclassified [...], lines}
 
-The host imports this module (and judge) to read reports; the report stays plain JSON dicts.
+The host imports this module (with judge, and status for the status words) to read reports; the
+report stays plain JSON dicts.
 """
 
 from typing import Any, Dict, List
 
+from .status import CHECK_STATUSES, FAIL, PASS, SKIP, WARN, CheckStatus
+
 SCHEMA = "provision-smoke-report"
 SCHEMA_VERSION = 1
-PASS, WARN, SKIP, FAIL = "pass", "warn", "skip", "fail"
-STATUSES = (PASS, WARN, SKIP, FAIL)
 CHECKS = (
     "tf_version",
     "cuda_build",
@@ -92,12 +94,12 @@ REPORTED_VARIABLES = (
 Result = Dict[str, Any]
 
 
-def result(status: str, reason: str, **details: Any) -> Result:
+def result(status: CheckStatus, reason: str, **details: Any) -> Result:
     return {"status": status, "reason": reason, "details": details}
 
 
 def summarize(checks: List[Result], gpu_count: int, require_gpu: bool, seconds: float) -> Result:
-    counts = {s: sum(1 for c in checks if c["status"] == s) for s in STATUSES}
+    counts = {s: sum(1 for c in checks if c["status"] == s) for s in CHECK_STATUSES}
     return {
         "status": FAIL if counts[FAIL] else PASS,
         "passed": counts[PASS],

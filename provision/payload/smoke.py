@@ -38,20 +38,19 @@ from .probes import probe_driver
 from .report import (
     CHECKS,
     DEFAULT_TIMEOUT,
-    FAIL,
     HOOK_MODULE,
     PARENT_CHECKS,
     REPORTED_VARIABLES,
     SCHEMA,
     SCHEMA_VERSION,
     SETUP_TIMEOUT,
-    SKIP,
     Result,
     render_text,
     result,
     summarize,
 )
 from .runner import run_all
+from .status import FAIL, SKIP
 
 
 def _variables() -> Dict[str, str]:

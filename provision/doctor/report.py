@@ -6,10 +6,9 @@ import contextlib
 import dataclasses
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from provision import __version__
-from provision.doctor import KIND_TEXT, STATUS_TEXT, Diagnosis, Verdict
+from provision.doctor.model import KIND_TEXT, STATUS_TEXT, Diagnosis, Verdict
 from provision.errors import ProvisionError
 from provision.matrix import Matrix
 from provision.spec import PATHS
@@ -159,7 +158,7 @@ def _groups(
     """Consecutive releases whose verdicts read the same but for their version, grouped so that
     a report over the whole matrix stays short; --tf shows one release with exact commands."""
     groups: list[tuple[list[str], list[Verdict]]] = []
-    last_key: tuple[Any, ...] | None = None
+    last_key: tuple[tuple[object, ...], ...] | None = None
     for tf in dict.fromkeys(v.tf for v in verdicts):
         vs = [v for v in verdicts if v.tf == tf]
         pin = ""
