@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ CALLBACKS = ANSIBLE_DIR / "callback_plugins"
 ROLE = "provision_env"
 ANSIBLE_CORE = "ansible-core==2.17.14"  # the `fleet` extra pins the same
 FOLDER = "ansible"  # envs/NAME/ansible/
+GENERATED = (f"{FOLDER}/vars.yml", f"{FOLDER}/playbook.yml")
 EVENTS = "events.jsonl"
 
 
@@ -60,9 +62,9 @@ def _yaml_str(value: str) -> str:
 
 def vars_text(env: EnvDir) -> str:
     """envs/NAME/ansible/vars.yml: the environment as the role sees it. No hosts, no secrets."""
-    from provision import install
+    from provision import environment, install
 
-    files = sorted({*env.manifest.files, env.lock.name})
+    files = sorted({environment.MANIFEST, *env.manifest.files, env.lock.name})
     r = env.request
     values = {
         "provision_env_name": env.name,
@@ -104,7 +106,7 @@ def playbook_text(env: EnvDir) -> str:
 
 def generated(env: EnvDir) -> dict[str, str]:
     """Relative path inside envs/NAME -> text, for everything fleet writes next to it."""
-    return {f"{FOLDER}/vars.yml": vars_text(env), f"{FOLDER}/playbook.yml": playbook_text(env)}
+    return dict(zip(GENERATED, (vars_text(env), playbook_text(env)), strict=True))
 
 
 def write_generated(env: EnvDir) -> list[Path]:
@@ -151,7 +153,7 @@ def playbook_argv(program: str, env: EnvDir, options: Options, extra_vars: Path)
     return argv
 
 
-def ansible_env(events: Path, local_tmp: Path) -> dict[str, str]:
+def ansible_env(events: Path, local_tmp: Path, control_dir: Path) -> dict[str, str]:
     """Settings that make the run provision's: its role and progress, host keys always checked."""
     return {
         "ANSIBLE_ROLES_PATH": str(ROLES),
@@ -165,9 +167,23 @@ def ansible_env(events: Path, local_tmp: Path) -> dict[str, str]:
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_DEPRECATION_WARNINGS": "False",
         "ANSIBLE_LOCAL_TEMP": str(local_tmp),
+        # This run's own SSH connections: none is reused from an earlier run (whose host keys
+        # may have changed since), and close_connections() ends them all.
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
         "PROVISION_FLEET_EVENTS": str(events),
         "PYTHONUNBUFFERED": "1",
     }
+
+
+def close_connections(control: Path) -> None:
+    """End the SSH connections ansible kept open for the run, so none outlives provision."""
+    for sock in control.iterdir():
+        _proc.run(
+            ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "provision-fleet"],
+            timeout=10,
+            check=False,
+        )
+    shutil.rmtree(control, ignore_errors=True)
 
 
 def _check_ready(env: EnvDir, options: Options) -> None:
@@ -183,8 +199,8 @@ def _check_ready(env: EnvDir, options: Options) -> None:
         raise FleetError(f"refusing to roll out {env.name}: {exc}") from exc
     if options.bundle is not None:
         raise UsageError(
-            "--bundle is not available yet: provision has no offline bundles (issue 12); "
-            "without it, hosts install from their own package index"
+            "--bundle is not available yet: fleet does not carry offline bundles (issue 12) to "
+            "hosts; without it, each host installs from its own package index"
         )
     if not options.inventory.is_file():
         raise UsageError(f"no inventory at {options.inventory}")
@@ -220,13 +236,17 @@ def run(env: EnvDir, options: Options) -> fleet_report.FleetResult:
     )
     argv = playbook_argv(program, env, options, extra)
     started = time.monotonic()
-    done = _proc.run(
-        argv,
-        env=ansible_env(events, out / ".ansible" / "tmp"),
-        timeout=options.timeout,
-        check=False,
-        capture=False,
-    )
+    control = Path(tempfile.mkdtemp(prefix="pvf-ssh-"))  # short: socket paths are limited
+    try:
+        done = _proc.run(
+            argv,
+            env=ansible_env(events, out / ".ansible" / "tmp", control),
+            timeout=options.timeout,
+            check=False,
+            capture=False,
+        )
+    finally:
+        close_connections(control)
     seconds = time.monotonic() - started
     if done.returncode not in (0, 2, 4, 8):  # ok, a host failed, a host unreachable, both
         raise FleetError(

@@ -240,7 +240,8 @@ h1 { font-size: 1.5rem; margin-bottom: .2rem; } .sub { color: #5b6570; margin-to
 table { border-collapse: collapse; width: 100%; margin-top: 1rem; }
 th, td { text-align: left; padding: .45rem .6rem; border-bottom: 1px solid #dde2e7;
   vertical-align: top; }
-th { background: #f2f4f6; font-weight: 600; } td.num { text-align: right; white-space: nowrap; }
+th { background: #f2f4f6; font-weight: 600; } td.num, td:first-child { white-space: nowrap; }
+td.num { text-align: right; }
 .badge { display: inline-block; padding: .1rem .55rem; border-radius: .8rem; font-weight: 600;
   font-size: .85rem; white-space: nowrap; }
 .ok { background: #d8f3dc; color: #1b5e20; } .bad { background: #fde2e1; color: #8e1b13; }

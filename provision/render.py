@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 META = environment.MANIFEST
 # Written by `provision lock`, never rendered: carried over when an environment is re-rendered.
 LOCK_FILES = tuple(sorted(set(environment.LOCK_FILES.values())))
+# Written next to the rendered files by other commands, and kept as they are: `provision fleet`.
+KEPT_DIRS = ("ansible",)
 HEADER = "common/header.j2"
 SUFFIX = ".j2"
 EXPORT = "export"  # templates rendered only into `provision export` copies
@@ -222,7 +224,8 @@ class _OnDisk:
         files: dict[str, bytes] = {}
         for path in sorted(folder.rglob("*")):
             rel = path.relative_to(folder).as_posix()
-            if path.is_file() and rel not in LOCK_FILES:
+            kept = rel.split("/", 1)[0] in KEPT_DIRS
+            if path.is_file() and rel not in LOCK_FILES and not kept:
                 try:
                     files[rel] = path.read_bytes()
                 except OSError as exc:
@@ -430,6 +433,9 @@ def _write_env(out: Path, env_name: str, files: Mapping[str, str]) -> None:
         for lock in LOCK_FILES:
             if (target / lock).is_file():
                 shutil.copy2(target / lock, tmp / lock)
+        for kept in KEPT_DIRS:
+            if (target / kept).is_dir():
+                shutil.copytree(target / kept, tmp / kept)
         if not target.exists():
             os.rename(tmp, target)
             return

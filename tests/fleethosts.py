@@ -158,12 +158,14 @@ class Lab:
         smi = next(host.fake.root.glob("usr/bin/nvidia-smi"), None)
         if smi is not None:
             (bin_dir / "nvidia-smi").symlink_to(smi)
-        (host.dir / "pip.conf").write_text(f"[global]\nindex-url = {host.index_url}\n")
         host.env = {
             "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(host.home),
             "PROVISION_HOST_ROOT": str(host.fake.root),
-            "PIP_CONFIG_FILE": str(host.dir / "pip.conf"),
+            # The host's pip configuration: its index only (this machine's pip.conf is ignored).
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_INDEX_URL": host.index_url,
+            "UV_HTTP_RETRIES": "0",  # a failing download fails at once
             "LANG": "C.UTF-8",
         }
         setenv = " ".join(f"{k}={v}" for k, v in host.env.items())
@@ -180,11 +182,12 @@ class Lab:
 
     def start(self, host: Host) -> None:
         """(Re)start the host's sshd and wait until it answers on port 22."""
-        host.sshd = subprocess.Popen(
-            ["ip", "netns", "exec", host.ns, "/usr/sbin/sshd", "-D", "-e",
-             "-f", str(host.dir / "sshd_config")],
-            stdout=subprocess.DEVNULL, stderr=(host.dir / "sshd.log").open("ab"),
-        )  # fmt: skip
+        with (host.dir / "sshd.log").open("ab") as log:
+            host.sshd = subprocess.Popen(
+                ["ip", "netns", "exec", host.ns, "/usr/sbin/sshd", "-D", "-e",
+                 "-f", str(host.dir / "sshd_config")],
+                stdout=subprocess.DEVNULL, stderr=log,
+            )  # fmt: skip
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError), socket.create_connection((host.address, 22), 1) as s:
@@ -250,6 +253,10 @@ class Lab:
 # -- a package index the hosts reach (on 127.200.0.1, this machine's end of every pair) --------
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -257,12 +264,14 @@ def _norm(name: str) -> str:
 @dataclass
 class Index:
     """PEP 503 pages for every wheel in `root`, served at /simple/; /broken/simple/ answers 500
-    for every download (a host whose index is down). `stall` holds downloads of `stall_name`
-    until `release` is set; `requested` is set when one is asked for."""
+    for downloads of `broken_name` (a host whose mirror fails the environment's packages).
+    Downloads of `stall_name` wait until `release` is set; `requested` is set when one is asked
+    for."""
 
     root: Path
     url: str = ""
     stall_name: str = ""
+    broken_name: str = "provision_tiny"
     requested: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -270,16 +279,14 @@ class Index:
     def broken_url(self) -> str:
         return self.url.replace("/simple", "/broken/simple")
 
-    def page(self, project: str) -> bytes | None:
+    def page(self, project: str, prefix: str = "") -> bytes | None:
         wheels = sorted(
             w for w in self.root.glob("*.whl") if _norm(w.name.split("-")[0]) == _norm(project)
         )
         if not wheels:
             return None
         links = "".join(
-            f'<a href="/files/{w.name}#sha256={hashlib.sha256(w.read_bytes()).hexdigest()}">'
-            f"{w.name}</a>\n"
-            for w in wheels
+            f'<a href="{prefix}/files/{w.name}#sha256={_sha256(w)}">{w.name}</a>\n' for w in wheels
         )
         return f"<html><body>\n{links}</body></html>\n".encode()
 
@@ -294,14 +301,14 @@ def _handler(index: Index) -> type[http.server.BaseHTTPRequestHandler]:
             broken = path.startswith("/broken/")
             path = path.removeprefix("/broken")
             if path.startswith("/simple/"):
-                body = index.page(path[len("/simple/") :].strip("/"))
+                body = index.page(path[len("/simple/") :].strip("/"), "/broken" * broken)
                 if body is None:
                     return self._send(404, b"not found\n")
                 return self._send(200, body, "text/html")
             wheel = index.root / path.removeprefix("/files/")
             if not path.startswith("/files/") or not wheel.is_file():
                 return self._send(404, b"not found\n")
-            if broken:
+            if broken and wheel.name.startswith(index.broken_name):
                 return self._send(500, b"index on fire\n")
             if index.stall_name and wheel.name.startswith(index.stall_name):
                 index.requested.set()

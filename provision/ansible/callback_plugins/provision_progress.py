@@ -22,13 +22,21 @@ DOCUMENTATION = """
 """
 
 
+VERDICTS = {"runs": "runs", "fix": "runs after a fix", "cannot": "cannot"}
+
+
 def _step(task_name: str) -> str:
-    head, sep, _ = task_name.partition(" | ")
+    """ "provision_env : Doctor | judge ..." -> "doctor"."""
+    head, sep, _ = task_name.rpartition(" : ")[2].partition(" | ")
     return head.strip().lower() if sep else "setup"
 
 
 def _last_line(text: str) -> str:
-    lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
+    lines = [
+        ln
+        for ln in (text or "").strip().splitlines()
+        if ln.strip() and not ln.startswith("Shared connection to ")  # ssh's own last words
+    ]
     return lines[-1].strip()[:300] if lines else ""
 
 
@@ -41,6 +49,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
         super().__init__()
         self._t0 = time.monotonic()
         self._open: dict[str, tuple[str, float, bool]] = {}  # host -> (step, start, changed)
+        self._changed: dict[str, list[str]] = {}  # host -> what the open step changed
         self._detail: dict[str, str] = {}
         self._check = False
         path = os.environ.get("PROVISION_FLEET_EVENTS", "")
@@ -66,14 +75,18 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
             return
         step, start, changed = self._open.pop(host)
         status = status or ("changed" if changed else "ok")
-        self._line(
-            host, step, status, time.monotonic() - start, detail or self._detail.pop(host, "")
+        what = self._changed.pop(host, [])
+        detail = (
+            detail or self._detail.pop(host, "") or (f"changed: {'; '.join(what)}" if what else "")
         )
+        self._line(host, step, status, time.monotonic() - start, detail)
 
     def _enter(self, host: str, task_name: str, changed: bool) -> None:
         step = _step(task_name)
         current = self._open.get(host)
-        if step == "report" and current is not None:
+        if step == "report":  # a report belongs to the step before it
+            if current is None:
+                return
             step = current[0]
         if current is None or current[0] != step:
             if current is not None:
@@ -91,10 +104,12 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
         if isinstance(verdict, dict):
             status = str(verdict.get("status", ""))
             reasons = "; ".join(str(r) for r in verdict.get("reasons") or [])
-            self._detail[host] = f"{status}: {reasons}" if reasons else status
+            shown = VERDICTS.get(status, status)
+            self._detail[host] = f"{shown}: {reasons}" if reasons else shown
             self._emit({"host": host, "event": "verdict", "status": status, "reasons": reasons})
             if status == "cannot":
                 self._close(host, "refused")
+        task_name = task_name.rpartition(" : ")[2]
         if task_name.startswith("Install | what a dry run"):
             would = "would build" if res.get("changed") else "up to date"
             self._detail[host] = would
@@ -114,7 +129,10 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
 
     def v2_runner_on_ok(self, result: Any) -> None:
         host, name = result._host.get_name(), result._task.get_name()
-        self._enter(host, name, bool(result._result.get("changed")))
+        changed = bool(result._result.get("changed"))
+        self._enter(host, name, changed)
+        if changed:
+            self._changed.setdefault(host, []).append(name.rpartition(" | ")[2])
         self._note(host, name, result._result)
 
     def v2_runner_on_skipped(self, result: Any) -> None:

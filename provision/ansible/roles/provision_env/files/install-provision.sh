@@ -14,6 +14,7 @@ if [ -f "$venv/.provision-wheel" ] && [ "$(cat "$venv/.provision-wheel")" = "$wa
 fi
 rm -rf "$venv"
 "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input "$wheel"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-compile \
+    "$wheel"
 echo "$want" >"$venv/.provision-wheel"
 echo "provision: installed"

@@ -1,0 +1,304 @@
+"""provision fleet against real hosts: network namespaces with a real sshd each
+(tests/fleethosts.py), real ansible-core, the real CLI in a child process.
+
+Three hosts with different stand-in GPUs: an RTX A6000 on driver 555 (the doctor lets it run the
+release), a V100 on driver 440 (refused: too old for the release's CUDA), and an H200 on driver
+580 whose package mirror fails the environment's wheel (its install fails). The environment is a
+pip environment locked to a small real wheel served by the test (tinyindex), not TensorFlow:
+doctor, install, GPU policy and verify really run on each host, and verify fails there for want of
+TensorFlow, naming it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fakehost
+import fleethosts
+import pytest
+from tinyindex import TINY, Env, build_wheel, pip_release, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+REASON = fleethosts.unavailable()
+if REASON is None and shutil.which("ansible-playbook") is None:
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    REASON = None if beside.exists() else "ansible-core is not installed (pip install -e '.[test]')"
+# The fixture downloads provision's dependencies once (hosts install them from the test's index).
+pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.index]
+
+
+def a6000(base: Path, cache: Path, python: str) -> fakehost.FakeHost:
+    h = fakehost.FakeHost(base, cache)
+    h.kernel_module("555.42.06")
+    h.driver_libs("555.42.06")
+    h.nvidia_smi(captures=fakehost.HOSTS / "a6000-555")
+    h.python(python)
+    return h
+
+
+def v100_driver440(base: Path, cache: Path, python: str) -> fakehost.FakeHost:
+    h = fakehost.FakeHost(base, cache)
+    h.kernel_module("440.118.02", open_module=False)
+    h.driver_libs("440.118.02")
+    h.nvml("440.118.02", "10.2", [fakehost.FakeGpu("Tesla V100-SXM2-16GB", "7.0", 16160)])
+    h.python(python)
+    return h
+
+
+def h200(base: Path, cache: Path, python: str) -> fakehost.FakeHost:
+    h = fakehost.h200(base, cache)
+    h.python(python)
+    return h
+
+
+@dataclass
+class Fleet:
+    lab: fleethosts.Lab
+    index: fleethosts.Index
+    out: Path  # the envs/ folder
+    work: Path
+    inventory: Path
+    python: str
+    source: Path  # a copy of provision taken once: the wheel the hosts get stays the same
+
+    def env(self) -> dict[str, str]:
+        scrub = ("PROVISION_HOST_ROOT", "VIRTUAL_ENV", "ANSIBLE_CONFIG")
+        env = {k: v for k, v in os.environ.items() if k not in scrub}
+        env["PROVISION_HOME"] = str(self.work / "control-home")
+        env["PYTHONPATH"] = str(self.source)
+        return env
+
+    def argv(self, name: str, *args: str, inventory: Path | None = None) -> list[str]:
+        return [sys.executable, "-m", "provision", "fleet", name, "--out", str(self.out),
+                "--inventory", str(inventory or self.inventory),
+                "--report-dir", str(self.work / name), *args]  # fmt: skip
+
+    def report(self, name: str) -> dict[str, Any]:
+        path = self.work / name / "fleet.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    def run(
+        self, name: str, *args: str, inventory: Path | None = None
+    ) -> tuple[int, str, dict[str, Any]]:
+        done = subprocess.run(
+            self.argv(name, *args, inventory=inventory), capture_output=True, text=True,
+            timeout=600, env=self.env(), cwd=self.work, check=False,
+        )  # fmt: skip
+        return done.returncode, done.stdout + done.stderr, self.report(name)
+
+    def seal(self, name: str, version: str) -> None:
+        """Render `name` (pip, with a GPU policy) and lock it to provision-tiny==version."""
+        tf = pip_release()[0]
+        code, text = run_cli(
+            "render", "--tf", tf, "--path", "pip", "--python", self.python, "--name", name,
+            "--out", str(self.out), "--gpu-memory", "1024", "--gpus", "0",
+        )  # fmt: skip
+        assert code == 0, text
+        wheel = build_wheel(self.index.root, version)
+        sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        Env(self.out, name, self.work / "control-home").lock(
+            f"{TINY}=={version} \\\n    --hash=sha256:{sha}\n"
+        )
+
+    def prefix(self, host: str, name: str) -> Path:
+        return self.lab.hosts[host].home / ".local/share/provision/envs" / name
+
+
+def results(data: dict[str, Any]) -> dict[str, str]:
+    return {h["host"]: h["result"] for h in data["hosts"]}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    python = pip_release()[1]
+    work = tmp_path_factory.mktemp("fleet")
+    cache = Path(os.environ.get("PROVISION_TEST_CACHE", Path.home() / ".cache/provision-tests"))
+    deps = fleethosts.provision_wheels(cache, python)
+    served = work / "index"
+    served.mkdir()
+    for wheel in deps.glob("*.whl"):
+        shutil.copyfile(wheel, served / wheel.name)
+    libs = work / "libs"
+    libs.mkdir()
+    source = work / "source"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "provision", source / "provision", ignore=skip)
+    shutil.copytree(ROOT / "templates", source / "templates", ignore=skip)
+    with fleethosts.lab(work / "lab", libs) as lab, fleethosts.serve(served) as index:
+        lab.add("gpu-a6000", lambda b, c: a6000(b, c, python), index.url)
+        lab.add("gpu-v100-old", lambda b, c: v100_driver440(b, c, python), index.url)
+        lab.add("gpu-h200-noindex", lambda b, c: h200(b, c, python), index.broken_url)
+        f = Fleet(lab, index, work / "envs", work, lab.inventory(), python, source)
+        f.seal("tiny", "1.0")
+        yield f
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    out: str
+    data: dict[str, Any]
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def first(fleet: Fleet) -> Run:
+    """The first roll-out of `tiny` to every host (each host installs provision first)."""
+    t0 = time.monotonic()
+    code, out, data = fleet.run("tiny")
+    return Run(code, out, data, time.monotonic() - t0)
+
+
+MIXED = {
+    "gpu-a6000": "verify failed",
+    "gpu-v100-old": "refused",
+    "gpu-h200-noindex": "install failed",
+}
+
+
+def test_rollout_has_mixed_outcomes_and_one_host_never_stops_the_others(
+    fleet: Fleet, first: Run
+) -> None:
+    code, out, data = first.code, first.out, first.data
+    assert code == 1, out
+    assert results(data) == MIXED, out
+    hosts = {h["host"]: h for h in data["hosts"]}
+    # The good host went through every step; verify ran there and says what is missing.
+    steps = [(s["step"], s["status"]) for s in hosts["gpu-a6000"]["steps"]]
+    assert steps == [
+        ("setup", "changed"), ("doctor", "ok"), ("install", "changed"),
+        ("gpu policy", "ok"), ("verify", "FAILED"),
+    ], steps  # fmt: skip
+    assert "No module named 'tensorflow'" in hosts["gpu-a6000"]["detail"]
+    assert (hosts["gpu-a6000"]["gpus"], hosts["gpu-a6000"]["driver"]) == (
+        "NVIDIA RTX A6000", "555.42.06",
+    )  # fmt: skip
+    assert "driver 440.118.02 supports CUDA <= 10.2" in hosts["gpu-v100-old"]["detail"]
+    assert hosts["gpu-v100-old"]["gpus"] == "Tesla V100-SXM2-16GB"
+    assert "500" in hosts["gpu-h200-noindex"]["detail"], hosts["gpu-h200-noindex"]
+    # The refused host got no environment; every host's reports came back.
+    assert not fleet.prefix("gpu-v100-old", "tiny").exists()
+    reports = fleet.work / "tiny" / "hosts"
+    assert sorted(p.name for p in (reports / "gpu-a6000").iterdir()) == [
+        "doctor.json", "install.json", "verify.json",
+    ]  # fmt: skip
+    assert sorted(p.name for p in (reports / "gpu-v100-old").iterdir()) == ["doctor.json"]
+    # Progress came per host and step as it happened; the summary table closes the output.
+    assert "gpu-v100-old       doctor     refused" in out
+    assert "gpu-h200-noindex   install    FAILED" in out
+    table = out[out.index("host  ") :]
+    assert "gpu-a6000" in table and "verify failed" in table and "refused" in table
+    # The environment's GPU policy is what the built environment applies on the host.
+    runtime = (fleet.prefix("gpu-a6000", "tiny") / "etc/provision/runtime.env").read_text()
+    assert "PROVISION_GPU_MEMORY='1024'" in runtime and "PROVISION_GPUS='0'" in runtime
+    print(f"\nfirst run: {first.seconds:.1f} s")
+
+
+def test_a_second_run_changes_nothing(fleet: Fleet, first: Run) -> None:
+    t0 = time.monotonic()
+    _, out, again = fleet.run("tiny")
+    assert results(again) == MIXED, out
+    assert {h["host"]: h["changed"] for h in again["hosts"]} == dict.fromkeys(MIXED, 0), out
+    print(f"\nsecond run: {time.monotonic() - t0:.1f} s")
+
+
+def test_check_is_a_dry_run(fleet: Fleet, first: Run) -> None:
+    marker = fleet.prefix("gpu-a6000", "tiny") / ".provision-install.json"
+    before = marker.stat().st_mtime_ns
+    _, out, dry = fleet.run("tiny", "--check")
+    assert dry["check"] is True
+    assert results(dry) == {
+        "gpu-a6000": "up to date",
+        "gpu-v100-old": "refused",
+        "gpu-h200-noindex": "would build",
+    }, out
+    assert marker.stat().st_mtime_ns == before
+    assert "dry run" in out
+
+
+def test_limit_works_on_those_hosts_only(fleet: Fleet, first: Run) -> None:
+    _, out, limited = fleet.run("tiny", "--limit", "gpu-v100-old")
+    assert list(results(limited)) == ["gpu-v100-old"], out
+
+
+def test_generated_files_hold_no_secret_and_name_no_host(fleet: Fleet, first: Run) -> None:
+    generated = fleet.out / "tiny" / "ansible"
+    assert sorted(p.name for p in generated.iterdir()) == ["playbook.yml", "vars.yml"]
+    key = fleet.lab.key.read_text().splitlines()[1]
+    written = [*generated.iterdir(), *(fleet.work / "tiny").rglob("*.json")]
+    written += [*(fleet.work / "tiny").rglob("*.html")]
+    assert len(written) > 2
+    for path in written:
+        text = path.read_text()
+        assert key not in text and "PRIVATE KEY" not in text, path
+    for path in generated.iterdir():
+        assert "127.200." not in path.read_text() and "gpu-" not in path.read_text()
+
+
+def test_an_unknown_host_key_fails_that_host_only(fleet: Fleet) -> None:
+    """SSH host keys are checked: a host whose key is not the one known is not worked on."""
+    victim = fleet.lab.hosts["gpu-h200-noindex"]
+    wrong = fleet.work / "wrong_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
+    pub = wrong.with_suffix(".pub").read_text().split()
+    lines = [
+        f"{victim.address} {pub[0]} {pub[1]}" if ln.startswith(victim.address + " ") else ln
+        for ln in fleet.lab.known_hosts.read_text().splitlines()
+    ]
+    other = fleet.work / "other_known_hosts"
+    other.write_text("\n".join(lines) + "\n")
+    inventory = fleet.work / "inventory-other.yml"
+    inventory.write_text(
+        fleet.inventory.read_text().replace(str(fleet.lab.known_hosts), str(other))
+    )
+    _, out, data = fleet.run("tiny", "--limit", "gpu-a6000,gpu-h200-noindex",
+                                inventory=inventory)  # fmt: skip
+    assert results(data) == {"gpu-a6000": "verify failed", "gpu-h200-noindex": "unreachable"}, out
+    assert "Host key verification failed" in out
+
+
+def test_a_host_killed_mid_install_is_completed_by_the_rerun(fleet: Fleet) -> None:
+    fleet.seal("killme", "2.0")
+    fleet.index.stall_name = "provision_tiny-2.0"
+    fleet.index.requested.clear()
+    fleet.index.release.clear()
+    victim = fleet.lab.hosts["gpu-a6000"]
+    hosts = "gpu-a6000,gpu-h200-noindex"
+    proc = subprocess.Popen(
+        fleet.argv("killme", "--limit", hosts), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env=fleet.env(), cwd=fleet.work,
+    )  # fmt: skip
+    try:
+        assert fleet.index.requested.wait(240), "no install reached the download"
+        time.sleep(0.5)
+        fleet.lab.kill(victim)  # sshd, the session, provision install: everything on the host
+        fleet.index.release.set()
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        fleet.index.release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    got = results(fleet.report("killme"))
+    assert got == {"gpu-a6000": "unreachable", "gpu-h200-noindex": "install failed"}, out
+    prefix = fleet.prefix("gpu-a6000", "killme")
+    marker = prefix / ".provision-install.json"
+    assert not marker.exists() or json.loads(marker.read_text())["state"] != "complete"
+
+    fleet.index.stall_name = ""
+    fleet.lab.start(victim)
+    _, out, again = fleet.run("killme", "--limit", hosts)
+    assert results(again) == {"gpu-a6000": "verify failed", "gpu-h200-noindex": "install failed"}
+    site = prefix / f"lib/python{fleet.python}/site-packages"
+    assert (site / "provision_tiny-2.0.dist-info").is_dir(), out
+    assert json.loads(marker.read_text())["state"] == "complete"
