@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from provision import bundle_fetch as fetch
+from provision import bundle_self
 from provision.bundle_format import (
     BOOTSTRAP,
     CHUNK,
@@ -89,7 +90,7 @@ def target_of(
         import sys
 
         usable = Version(env.python) >= Version("3.10")
-        provision_python = env.python if usable else "%d.%d" % sys.version_info[:2]
+        provision_python = env.python if usable else "{}.{}".format(*sys.version_info[:2])
     elif Version(provision_python) < Version("3.10"):
         raise UsageError(f"--provision-python {provision_python}: provision needs Python >= 3.10")
     return fetch.Target(env.python, provision_python, ARCH[subdir], glibc or host_glibc(), subdir)
@@ -172,7 +173,7 @@ def build(
     if with_toolkit:
         items += fetch.toolkit(env.root / "system.env", cache, progress)
     progress(f"collecting provision's wheels for Python {target.provision_python}")
-    items += fetch.provision_wheels(target, cache, wheelhouse, progress)
+    items += bundle_self.provision_wheels(target, cache, wheelhouse, progress)
     items.append(bootstrap_item())
     items.sort(key=lambda i: (GROUPS.index(i.group), i.name))
     manifest = Manifest(
@@ -238,7 +239,10 @@ def write(
     sink = Sink(output, split)
     try:
         with tarfile.open(
-            fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT, bufsize=CHUNK  # type: ignore[call-overload]
+            fileobj=sink,
+            mode="w|",
+            format=tarfile.PAX_FORMAT,
+            bufsize=CHUNK,  # type: ignore[call-overload]
         ) as tar:
             data = manifest.dumps()
             tar.addfile(tar_info(MANIFEST, len(data)), io.BytesIO(data))
@@ -248,7 +252,9 @@ def write(
                     try:
                         tar.addfile(tar_info(member.name, member.size), checked)
                     except OSError as exc:
-                        raise BundleError(f"{item.path} changed while it was bundled ({exc})") from exc
+                        raise BundleError(
+                            f"{item.path} changed while it was bundled ({exc})"
+                        ) from exc
                     if checked.hash.hexdigest() != member.sha256 or fh.read(1):
                         raise BundleError(
                             f"{item.path} is not the file the lock names (sha256 "

@@ -1,6 +1,6 @@
 """Gathering what a bundle holds, through a cache: the lock's wheels (pip download --require-hashes
-for the target's Python and platform), conda-lock's packages (from their URLs), NVIDIA's runfile
-and cuDNN archive (from system.env's URLs), and provision's own wheels and its dependencies'.
+for the target's Python and platform), conda-lock's packages (from their URLs), and NVIDIA's
+runfile and cuDNN archive (from system.env's URLs); provision's own wheels are bundle_self's.
 
 The cache (`--cache-dir`, default the user's cache folder) keeps every file by name with a sidecar
 `NAME.sha256` holding its sha256 and md5. A file whose sidecar matches the lock's hash is taken
@@ -119,7 +119,7 @@ def fetch_url(url: str, folder: Path, sha256: str | None, md5: str | None, what:
             part = Path(tmp) / name
             try:
                 with (
-                    urllib.request.urlopen(url, timeout=URL_TIMEOUT) as resp,  # noqa: S310
+                    urllib.request.urlopen(url, timeout=URL_TIMEOUT) as resp,
                     open(part, "wb") as out,
                 ):
                     shutil.copyfileobj(resp, out, CHUNK)
@@ -202,15 +202,21 @@ def pip_platform_args(target: Target, python: str) -> list[str]:
     return args
 
 
-def _pip(argv: list[str]) -> _proc.Completed:
+def run_pip(argv: list[str]) -> _proc.Completed:
     env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
     return _proc.run(
         [sys.executable, "-m", "pip", *argv], env=env, timeout=PIP_TIMEOUT, check=False
     )
 
 
-def _pip_reason(done: _proc.Completed) -> str:
+def pip_reason(done: _proc.Completed) -> str:
     lines = [ln.strip() for ln in (done.stderr + "\n" + done.stdout).splitlines() if ln.strip()]
+    if any("DO NOT MATCH THE HASHES" in ln for ln in lines):
+        which = [ln.split(" from ")[0] for ln in lines if " from " in ln and ln.endswith(":")]
+        return (
+            f"{', '.join(which) or 'a package'}: the file the index serves does not match the "
+            "lock's hash (it changed since it was locked)"
+        )
     errors = [ln for ln in lines if ln.startswith("ERROR")]
     return " | ".join((errors or lines)[-3:]) or f"exit {done.returncode}"
 
@@ -247,11 +253,11 @@ def lock_wheels(lock: Path, target: Target, cache: Cache, progress: Progress) ->
             dest = Path(tmp) / "wheels"
             argv = ["download", "--no-deps", "--require-hashes", "-r", str(reqs),
                     "-d", str(dest), *pip_platform_args(target, target.python)]  # fmt: skip
-            done = _pip(argv)
+            done = run_pip(argv)
             if not done:
                 raise BundleError(
                     f"pip download of {lock.name}'s wheels for Python {target.python} on "
-                    f"{target.platforms[0]} failed: {_pip_reason(done)}; the bundle was not written"
+                    f"{target.platforms[0]} failed: {pip_reason(done)}; the bundle was not written"
                 )
             for path in sorted(dest.iterdir()):
                 store(path, folder)
@@ -337,66 +343,3 @@ def toolkit(system_env: Path, cache: Cache, progress: Progress) -> list[Item]:
             raise BundleError(f"{values[url]} is not named {values[name]}, as system.env says")
         out.append(Item(f"toolkit/{item.path.name}", "toolkit", item.path, item.sha256))
     return out
-
-
-# -- provision's own wheels --------------------------------------------------------------------
-
-
-def provision_wheels(
-    target: Target, cache: Cache, wheelhouse: Path | None, progress: Progress
-) -> list[Item]:
-    """provision's wheel and its dependencies' for the target's Python and platform: from
-    `wheelhouse` as they are, else resolved by pip (at this host's versions where it can), from
-    the cache alone first and from the index only for what the cache lacks. provision's own
-    wheel is selfwheel's: the running package's files, no build backend, no network."""
-    from provision import selfwheel
-
-    if wheelhouse is not None:
-        files = sorted(wheelhouse.glob("*.whl"))
-        if not any(f.name.startswith("provision-") for f in files):
-            raise BundleError(f"{wheelhouse} holds no provision-*.whl")
-        return [Item(f"provision/{f.name}", "provision", f, digests(f)[0]) for f in files]
-    own = selfwheel.build(cache.folder("provision-build"))
-    folder = cache.folder("wheels")
-    with tempfile.TemporaryDirectory(prefix="provision-deps-", dir=folder) as tmp:
-        constraints = Path(tmp) / "constraints.txt"
-        constraints.write_text(installed_pins(), encoding="utf-8")
-        dest = Path(tmp) / "out"
-        base = ["download", "-d", str(dest), "-c", str(constraints),
-                *pip_platform_args(target, target.provision_python), str(own)]  # fmt: skip
-        done = _pip([*base, "--no-index", "--find-links", str(folder)])
-        if not done:
-            progress(f"downloading provision's dependencies for Python {target.provision_python}")
-            shutil.rmtree(dest, ignore_errors=True)
-            done = _pip(base)
-        if not done:
-            raise BundleError(
-                f"pip download of provision's dependencies for Python {target.provision_python} "
-                f"failed: {_pip_reason(done)}; choose another --provision-python, or give "
-                "--provision-wheels DIR"
-            )
-        out = []
-        for path in sorted(dest.iterdir()):
-            kept = folder / path.name
-            have = cached_digests(kept)
-            sha = digests(path)[0]
-            if have is None or have[0] != sha:
-                kept, sha, _ = store(path, folder)
-            out.append(Item(f"provision/{path.name}", "provision", kept, sha))
-    return out
-
-
-def installed_pins() -> str:
-    """name==version of every distribution installed beside provision (pip's constraints), so a
-    bundle carries the versions provision runs with here wherever the target's Python has them."""
-    from importlib import metadata
-
-    from packaging.utils import canonicalize_name
-
-    pins = {}
-    for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if not name or canonicalize_name(name) == "provision":
-            continue
-        pins[str(canonicalize_name(name))] = dist.version
-    return "".join(f"{n}=={v}\n" for n, v in sorted(pins.items()))

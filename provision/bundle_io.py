@@ -37,13 +37,24 @@ class Sink:
         self._fh: BinaryIO | None = None
         self._part_hash = hashlib.sha256()
         self._part_size = 0
+        self._forget_killed()
         self._open_next()
+
+    def _forget_killed(self) -> None:
+        """What a build killed with SIGKILL left beside the output (its process is gone)."""
+        for left in self.output.parent.glob(f".{self.output.name}*.partial-*"):
+            pid = left.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                with contextlib.suppress(OSError):
+                    left.unlink()
 
     def _tmp(self, final: Path) -> Path:
         return final.with_name(f".{final.name}.partial-{os.getpid()}")
 
     def _open_next(self) -> None:
-        final = self.output if self.per_part is None else part_path(self.output, len(self.parts) + 1)
+        final = (
+            self.output if self.per_part is None else part_path(self.output, len(self.parts) + 1)
+        )
         tmp = self._tmp(final)
         fh = open(tmp, "wb")  # noqa: SIM115 (closed when the part is full, or by commit/abort)
         if self.per_part is not None:
@@ -137,6 +148,15 @@ class Source:
     @property
     def size(self) -> int:
         return sum(p.stat().st_size for p in self.files)
+
+    def holding(self, offset: int, size: int) -> str:
+        """Which parts hold the tar's bytes [offset, offset + size), for a message."""
+        hit = [
+            f"part {h.part} of {h.parts} ({path})"
+            for path, h in zip(self.files, self.headers, strict=False)
+            if h.offset < offset + max(size, 1) and offset < h.offset + h.size
+        ]
+        return f"; it is in {', '.join(hit)}: copy that again" if hit else ""
 
 
 def _header(path: Path) -> PartHeader:

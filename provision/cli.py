@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from provision import __version__
+from provision.cliargs import SafePath, finite, nonblank, size, version_xy
 from provision.errors import ProvisionError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,11 +31,48 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except ProvisionError as exc:
+            _stop_progress(ctx)
             click.echo(f"provision: error: {exc}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
+            _stop_progress(ctx)
             click.echo("provision: interrupted", err=True)
             ctx.exit(130)
+        except OSError as exc:  # a path the file system refused, met where no module expected it
+            _stop_progress(ctx)
+            click.echo(f"provision: error: {_os_error(exc)}", err=True)
+            ctx.exit(1)
+        finally:
+            _stop_progress(ctx)
+
+
+def _os_error(exc: OSError) -> str:
+    where = str(exc.filename or "")
+    where = where if len(where) <= 120 else where[:60] + "..." + where[-40:]
+    why = exc.strerror or str(exc)
+    return f"{why}: {where}; check the path and its permissions" if where else why
+
+
+VERBOSITY = "provision.verbosity"
+PRESENTER = "provision.presenter"
+
+
+def _stop_progress(ctx: click.Context) -> None:
+    shown = ctx.meta.get(PRESENTER)
+    if shown is not None:
+        shown.close()
+
+
+def presenter(quiet: bool = False) -> Any:
+    """The progress shown on stderr for this command: -q none, -v every tool's line; rich on a
+    terminal, plain lines otherwise. One per command (a spinner must be stopped before errors)."""
+    from provision.progress import Presenter
+
+    ctx = click.get_current_context()
+    if PRESENTER not in ctx.meta:
+        verbosity = 0 if quiet else int(ctx.meta.get(VERBOSITY, 1))
+        ctx.meta[PRESENTER] = Presenter(verbosity)
+    return ctx.meta[PRESENTER]
 
 
 def emit_json(data: Any) -> None:
@@ -46,7 +84,7 @@ def out_option(f: F) -> F:
     return click.option(
         "--out",
         "out",
-        type=click.Path(path_type=Path, file_okay=True, dir_okay=True),
+        type=SafePath(path_type=Path, file_okay=True, dir_okay=True),
         default=Path("envs"),
         show_default=True,
         help="Directory that holds the environment directories.",
@@ -58,7 +96,7 @@ def find_option(f: F) -> F:
     return click.option(
         "--out",
         "out",
-        type=click.Path(path_type=Path, file_okay=False, dir_okay=True),
+        type=SafePath(path_type=Path, file_okay=False, dir_okay=True),
         default=None,
         help="Look for NAME only in this directory of environment directories "
         "(default: the environments built here, then ./envs).",
@@ -88,14 +126,25 @@ def gpu_options(f: F) -> F:
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="provision")
-def cli() -> None:
-    """From a cited TensorFlow / CUDA / cuDNN matrix to a locked, built and verified environment."""
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr; errors only.")
+@click.option(
+    "-v", "--verbose", count=True, help="Show every line the installers print (progress)."
+)
+@click.pass_context
+def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
+    """From a cited TensorFlow / CUDA / cuDNN matrix to a locked, built and verified environment.
+
+    Progress goes to stderr (rich on a terminal, plain lines otherwise); stdout holds results."""
+    if quiet and verbose:
+        raise click.UsageError("give -q or -v, not both")
+    ctx.meta[VERBOSITY] = 0 if quiet else 1 + verbose
 
 
 @cli.command("matrix")
 @click.option(
-    "--tf", "tf", metavar="X.Y", help="Show one release with every field and its sources."
-)
+    "--tf", "tf", metavar="X.Y", callback=nonblank,
+    help="Show one release with every field and its sources.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def matrix_cmd(tf: str | None, as_json: bool) -> None:
     """The compatibility table: TensorFlow, Python, CUDA, cuDNN, driver, GPUs, channels, sources."""
@@ -111,11 +160,12 @@ def matrix_cmd(tf: str | None, as_json: bool) -> None:
 
 
 @cli.command("render")
-@click.option("--tf", "tf", metavar="X.Y", help="TensorFlow release.")
+@click.option("--tf", "tf", metavar="X.Y", callback=nonblank, help="TensorFlow release.")
 @click.option("--path", "path", type=click.Choice(PATH_CHOICES), default="conda", show_default=True)
 @click.option(
-    "--python", "python", metavar="X.Y", help="Python version (default: newest supported)."
-)
+    "--python", "python", metavar="X.Y", callback=version_xy,
+    help="Python version (default: newest supported).",
+)  # fmt: skip
 @click.option("--name", "name", help="Environment name (default: tf<X.Y>-<path>).")
 @out_option
 @gpu_options
@@ -164,11 +214,11 @@ def render_cmd(
 @click.argument("name")
 @find_option
 @click.option(
-    "--platform", "platforms", multiple=True, metavar="SUBDIR",
+    "--platform", "platforms", multiple=True, metavar="SUBDIR", callback=nonblank,
     help="Target platform (repeatable; default: the spec's, linux-64).",
 )  # fmt: skip
 @click.option(
-    "--channel", "channels", multiple=True, metavar="URL",
+    "--channel", "channels", multiple=True, metavar="URL", callback=nonblank,
     help="Replace the environment's channels (repeatable; recorded in the lock).",
 )  # fmt: skip
 @click.option(
@@ -178,7 +228,7 @@ def render_cmd(
 )  # fmt: skip
 @click.option("--check", is_flag=True, help="Lock nothing; exit 1 when the lock is stale.")
 @click.option(
-    "--cache-dir", type=click.Path(path_type=Path, file_okay=False),
+    "--cache-dir", type=SafePath(path_type=Path, file_okay=False),
     help="Where conda-lock, the solver and uv cache (default: the user's cache).",
 )  # fmt: skip
 def lock_cmd(
@@ -192,13 +242,18 @@ def lock_cmd(
 ) -> None:
     """Lock envs/NAME: conda-lock.yml (conda path), requirements.lock with hashes (pip, system)."""
     from provision import lock
+    from provision.progress import Event
 
     found = _find(name, out)
+    shown = presenter()
+    if not check:
+        shown(Event("step", f"locking {name} ({found.env.path} path) ..."))
     result = lock.run(
         found.env.root.parent, name, platforms=platforms, channels=channels, solver=solver,
         check=check,
         cache_dir=cache_dir,
     )  # fmt: skip
+    shown.close()
     for line in result.lines:
         click.echo(line)
     if not result.ok:
@@ -211,10 +266,10 @@ def bundle_install_options(f: F) -> F:
     f = click.option("--no-verify", is_flag=True, help="--from-bundle: skip the smoke test.")(f)
     f = click.option(
         "--require-gpu", is_flag=True,
-        help="--from-bundle: a host without an NVIDIA driver, or a smoke test without a GPU, fails.",
+        help="--from-bundle: a host without an NVIDIA driver, or a smoke test with no GPU, fails.",
     )(f)  # fmt: skip
     return click.option(
-        "--from-bundle", "bundle", type=click.Path(path_type=Path, dir_okay=False),
+        "--from-bundle", "bundle", type=SafePath(path_type=Path, dir_okay=False),
         help="Build from an offline bundle (provision bundle), or its first part, with no network; "
         "--out DIR: where its environment directory goes (default PROVISION_HOME/bundled).",
     )(f)  # fmt: skip
@@ -223,7 +278,7 @@ def bundle_install_options(f: F) -> F:
 @cli.command("install", context_settings={"ignore_unknown_options": False})
 @click.argument("name", required=False)
 @find_option
-@click.option("--prefix", type=click.Path(path_type=Path), help="Build here, not in the default.")
+@click.option("--prefix", type=SafePath(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Rebuild even when the environment is complete.")
 @click.option(
     "--installer", type=click.Choice(("auto", "uv", "pip")), default="auto", show_default=True,
@@ -264,14 +319,17 @@ def install_cmd(
     found = _find(name, out)
     if prefix is None and found.record is not None and found.record.owned:
         prefix = Path(found.record.prefix)  # rebuild where it was built
+    shown = presenter()
     result = install.install(
         found.env, prefix, force=force, installer=installer,  # type: ignore[arg-type]
-        solver=solver, script_args=script_args,
+        solver=solver, script_args=script_args, report=shown,
     )  # fmt: skip
+    shown.close()
     if as_json:
         emit_json(result.as_json())
         return
-    if result.output:
+    if result.output and (shown.verbosity == 0 or "--dry-run" in script_args):
+        # install.sh's plan is the result of a dry run; a real run's steps were shown as they ran
         click.echo(result.output.rstrip("\n"))
     if result.skipped:
         click.echo(f"{result.prefix}: nothing to do, built from this lock (--force rebuilds)")
@@ -282,20 +340,23 @@ def install_cmd(
 
 
 @cli.command("create")
-@click.option("--tf", "tf", metavar="X.Y", required=True, help="TensorFlow release.")
+@click.option("--tf", "tf", metavar="X.Y", required=True, callback=nonblank,
+              help="TensorFlow release.")  # fmt: skip
 @click.option("--path", "path", type=click.Choice(PATH_CHOICES), default="conda", show_default=True)
-@click.option("--python", "python", metavar="X.Y", help="Default: newest supported on this host.")
+@click.option("--python", "python", metavar="X.Y", callback=version_xy,
+              help="Default: newest supported on this host.")  # fmt: skip
 @click.option("--name", "name", help="Environment name (default: tf<X.Y>-<path>).")
 @out_option
 @gpu_options
 @jupyter_option
-@click.option("--prefix", type=click.Path(path_type=Path), help="Build here, not in the default.")
+@click.option("--prefix", type=SafePath(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Overwrite hand edits, re-lock, rebuild, re-verify.")
 @click.option(
     "--solver", type=click.Choice(("auto", "conda", "mamba", "micromamba", "builtin")),
     default="auto", show_default=True, help="conda path: what conda-lock solves with.",
 )  # fmt: skip
-@click.option("--channel", "channels", multiple=True, help="conda path: lock against this channel.")
+@click.option("--channel", "channels", multiple=True, callback=nonblank,
+              help="conda path: lock against this channel.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
 def create_cmd(
     tf: str,
@@ -315,11 +376,13 @@ def create_cmd(
     """Render, lock, install and verify an environment; each step is skipped when already done."""
     from provision import create
 
+    shown = presenter()
     result = create.create(
         tf=tf, path=path, python=python, name=name, out=out, gpu_memory=gpu_memory, gpus=gpus,
-        prefix=prefix, force=force, solver=solver, channels=channels, progress=_show_step,
-        jupyter=jupyter,
+        prefix=prefix, force=force, solver=solver, channels=channels,
+        progress=lambda step: _show_step(shown, step), jupyter=jupyter, report=shown,
     )  # fmt: skip
+    shown.close()
     if as_json:
         emit_json(result.as_json())
     if not result.ok:
@@ -331,23 +394,23 @@ def create_cmd(
         click.echo(f"{result.name}: ready{device} at {result.prefix} (python: {result.python})")
 
 
-def _show_step(step: Any) -> None:
-    """One line per step on stderr; on a terminal the running step shows until it ends."""
-    tty = sys.stderr.isatty()
+def _show_step(shown: Any, step: Any) -> None:
+    """create's steps: one starts (a spinner on a terminal, a line in a log), one ends."""
+    from provision.progress import Event
+
     head = f"[{step.index}/4] {step.name:<8}"
     if step.status == "running":
-        if tty:
-            click.echo(f"{head} ...", err=True, nl=False)
+        shown(Event("step", f"{head} ..."))
         return
-    line = f"{head} {step.status:<7} {step.seconds:6.1f} s  {step.detail}"
-    click.echo(("\r\033[K" if tty else "") + line, err=True)
+    shown(Event("done", f"{head} {step.status:<7} {step.seconds:6.1f} s  {step.detail}"))
 
 
 @cli.command("doctor")
-@click.option("--tf", "tf", metavar="X.Y", help="Judge one release only (exit 1 if it cannot).")
+@click.option("--tf", "tf", metavar="X.Y", callback=nonblank,
+              help="Judge one release only (exit 1 if it cannot).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
-    "--root", type=click.Path(path_type=Path, file_okay=False, exists=True),
+    "--root", type=SafePath(path_type=Path, file_okay=False, exists=True),
     envvar="PROVISION_HOST_ROOT", hidden=True,
     help="Read the host's files under DIR instead of / (tests, copies of a machine).",
 )  # fmt: skip
@@ -356,13 +419,18 @@ def doctor_cmd(tf: str | None, as_json: bool, root: Path | None) -> None:
 
     Exit 0 when the host can run the release asked for (any release without --tf), 1 otherwise.
     """
-    from provision import doctor, doctor_report, matrix
+    from provision import doctor, matrix
+    from provision.cliargs import platform_note
+    from provision.doctor import report
 
+    note = platform_note(sys.platform)
+    if note and root is None:
+        click.echo(f"provision: note: {note}", err=True)
     result = doctor.run(tf=tf, root=root)
     if as_json:
         emit_json(result.to_json())
     else:
-        click.echo(doctor_report.render(result, matrix.load()))
+        click.echo(report.render(result, matrix.load()))
     if not result.ok:
         sys.exit(1)
 
@@ -371,14 +439,15 @@ def doctor_cmd(tf: str | None, as_json: bool, root: Path | None) -> None:
 @click.argument("name", required=False)
 @find_option
 @click.option(
-    "--python", "python", type=click.Path(path_type=Path, dir_okay=False),
+    "--python", "python", type=SafePath(path_type=Path, dir_okay=False),
     help="Run the smoke test with this interpreter, as it is (no activation).",
 )  # fmt: skip
-@click.option("--prefix", type=click.Path(path_type=Path), help="The environment's prefix.")
+@click.option("--prefix", type=SafePath(path_type=Path), help="The environment's prefix.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--require-gpu", is_flag=True, help="No GPU is a failure.")
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=180, show_default=True, metavar="S",
+    callback=finite,
     help="Seconds each check may take before it counts as hung.",
 )  # fmt: skip
 def verify_cmd(
@@ -405,9 +474,14 @@ def verify_cmd(
     else:
         # An interpreter or prefix of an environment built here is judged against its spec.
         env = environment.built_at(python, prefix)
+    from provision.progress import Event
+
+    shown = presenter()
+    shown(Event("step", "running the smoke test (TensorFlow starts, then each check) ..."))
     result = verify.verify(
         env, python=python, prefix=prefix, require_gpu=require_gpu, timeout=timeout
     )
+    shown.close()
     if as_json:
         emit_json(result.as_json())
     else:
@@ -417,14 +491,16 @@ def verify_cmd(
 
 
 @cli.command("bench")
-@click.argument("name", required=False)
+@click.argument("names", metavar="[NAME]...", nargs=-1)
 @find_option
 @click.option(
-    "--python",
-    "python",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="Run with this interpreter instead of envs/NAME's environment.",
-)
+    "--python", "pythons", multiple=True, type=SafePath(path_type=Path, dir_okay=False),
+    help="Run with this interpreter (repeatable), besides or instead of NAMEs.",
+)  # fmt: skip
+@click.option(
+    "--report", "reports", multiple=True, type=SafePath(path_type=Path, dir_okay=False),
+    help="Show saved --json reports (repeatable) as one table; runs nothing.",
+)  # fmt: skip
 @click.option(
     "--gpus", default="1", show_default=True, callback=lambda c, p, v: _counts(v, "--gpus"),
     help="GPU counts to compare, e.g. 1,2,4.",
@@ -450,39 +526,93 @@ def verify_cmd(
     help="Timed steps per run.",
 )  # fmt: skip
 @click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True)
-@click.option("--jit", is_flag=True, help="Compile the model with XLA.")
+@click.option(
+    "--jit/--no-jit", default=None,
+    help="XLA for the training step on or off; neither: Keras's default (Keras 3: auto).",
+)  # fmt: skip
+@click.option(
+    "--steps-per-execution", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Training steps per call of the compiled function.",
+)  # fmt: skip
+@click.option(
+    "--data-format", type=click.Choice(("channels_last", "channels_first")),
+    default="channels_last", show_default=True,
+)  # fmt: skip
+@click.option(
+    "--data", type=click.Choice(("tf.data", "synthetic-tensor")), default="tf.data",
+    show_default=True, help="A shuffled, batched, prefetched pipeline, or one fixed batch.",
+)  # fmt: skip
+@click.option(
+    "--loop", type=click.Choice(("fit", "custom")), default="fit", show_default=True,
+    help="Keras's model.fit, or a tf.function training loop.",
+)  # fmt: skip
+@click.option(
+    "--strategy", type=click.Choice(("mirrored", "default")), default="mirrored",
+    show_default=True, help="MirroredStrategy, or TensorFlow's default (one device).",
+)  # fmt: skip
+@click.option(
+    "--max-seconds", type=click.FloatRange(min=0), default=0, callback=finite,
+    help="Skip a configuration whose estimate (after its first steps) is longer.",
+)  # fmt: skip
 @click.option(
     "--dataset",
-    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    type=SafePath(path_type=Path, file_okay=False, exists=True),
     help="Directory of .npz files (x, y) instead of synthetic data.",
 )
 @click.option(
     "--cpu-devices", type=click.IntRange(min=0), default=0,
     help="Use N virtual CPU devices (no GPU).",
 )  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--plot", type=click.Path(path_type=Path, dir_okay=False), help="Write a PNG plot.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=3600, show_default=True, callback=finite,
+    help="Seconds per environment.",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the report(s) as JSON.")
+@click.option("--markdown", is_flag=True, help="Print a markdown table with each row's command.")
+@click.option("--plot", type=SafePath(path_type=Path, dir_okay=False), help="Write a PNG plot.")
 def bench_cmd(
-    name: str | None,
+    names: tuple[str, ...],
     out: Path | None,
-    python: Path | None,
+    pythons: tuple[Path, ...],
+    reports: tuple[Path, ...],
+    timeout: float,
     plot: Path | None,
     as_json: bool,
+    markdown: bool,
     **options: Any,
 ) -> None:
-    """Multi-GPU scaling and mixed precision: images/s, accuracy, speed-up, matmul TFLOP/s."""
+    """Multi-GPU scaling and mixed precision in one or more environments: images/s, accuracy,
+    speed-up, matmul TFLOP/s; where it ran (GPUs, driver, interconnect) and what it loaded."""
     from provision import bench, environment
 
-    if name is not None and python is None:
-        python = environment.interpreter(_find(name, out).prefix)
-    if python is None:
-        raise click.UsageError("give an environment NAME, or --python EXE")
-    result = bench.run(python, options=options, plot=plot)
-    if as_json:
-        emit_json(result.report)
+    if reports:
+        if names or pythons:
+            raise click.UsageError("--report shows saved reports: give no NAME or --python")
+        result = bench.load(reports, plot)
     else:
-        for line in result.lines():
-            click.echo(line)
+        targets = [bench.Target(n, environment.interpreter(_find(n, out).prefix)) for n in names]
+        targets += [bench.Target(Path(p).absolute().parent.parent.name, p) for p in pythons]
+        if not targets:
+            raise click.UsageError("give environment NAMEs, --python EXE or --report FILE")
+        _bench_checks(options)
+        called = [*names, *(w for p in pythons for w in ("--python", str(p)))]
+        shown = presenter()
+        result = bench.run(
+            targets, options=options, plot=plot, report=shown, timeout=timeout,
+            command=bench.command_line(called, options),
+        )  # fmt: skip
+        shown.close()
+    if as_json:
+        emit_json(result.as_json())
+    else:
+        from provision import bench_report
+
+        shown_lines = bench_report.markdown(result.reports) if markdown else result.lines()
+        click.echo("\n".join(shown_lines))
+    if result.plot_error:
+        raise bench.BenchError(f"{result.plot_error}; the results are above")
+    if not result.ok:
+        sys.exit(1)
 
 
 @cli.command("list")
@@ -558,9 +688,10 @@ def run_cmd(name: str, out: Path | None, command: tuple[str, ...]) -> None:
 @cli.command("kernel")
 @click.argument("name")
 @find_option
-@click.option("--display-name", help="What Jupyter shows (default: TensorFlow X.Y (NAME)).")
+@click.option("--display-name", callback=nonblank,
+              help="What Jupyter shows (default: TensorFlow X.Y (NAME)).")  # fmt: skip
 @click.option(
-    "--prefix", type=click.Path(path_type=Path, file_okay=False),
+    "--prefix", type=SafePath(path_type=Path, file_okay=False),
     help="Install the kernelspec under this prefix (e.g. a JupyterLab environment's sys.prefix) "
     "instead of the user's Jupyter directory.",
 )  # fmt: skip
@@ -574,7 +705,7 @@ def kernel_cmd(name: str, out: Path | None, display_name: str | None, prefix: Pa
 
 @cli.command("export")
 @click.argument("name")
-@click.argument("dest", type=click.Path(path_type=Path))
+@click.argument("dest", type=SafePath(path_type=Path))
 @find_option
 def export_cmd(name: str, dest: Path, out: Path | None) -> None:
     """A self-contained copy of NAME for another machine: inputs, lock, README, smoke test."""
@@ -587,18 +718,19 @@ def export_cmd(name: str, dest: Path, out: Path | None) -> None:
 @cli.command("fleet")
 @click.argument("name", required=False)
 @find_option
-@click.option("--inventory", "-i", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--inventory", "-i", type=SafePath(path_type=Path, dir_okay=False),
               help="Ansible inventory of the hosts.")  # fmt: skip
-@click.option("--limit", metavar="PATTERN", help="Only these hosts (Ansible's --limit).")
+@click.option("--limit", metavar="PATTERN", callback=nonblank,
+              help="Only these hosts (Ansible's --limit).")  # fmt: skip
 @click.option("--check", is_flag=True, help="Dry run: say what would change, change nothing.")
 @click.option("--forks", type=click.IntRange(min=1), help="Hosts worked on at once.")
-@click.option("--bundle", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--bundle", type=SafePath(path_type=Path, dir_okay=False),
               help="Install from this offline bundle (provision bundle).")  # fmt: skip
-@click.option("--report-dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--report-dir", type=SafePath(path_type=Path, file_okay=False),
               help="Where reports go (default: fleet-reports/NAME).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report at the end.")
 @click.option("--roles-path", is_flag=True, help="Print where the provision_env role is; exit.")
-@click.option("--wheel", "wheel_dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--wheel", "wheel_dir", type=SafePath(path_type=Path, file_okay=False),
               help="Write provision's own wheel (what hosts get) into DIR; exit.")  # fmt: skip
 def fleet_cmd(
     name: str | None,
@@ -622,6 +754,10 @@ def fleet_cmd(
         return
     if name is None or inventory is None:
         raise click.UsageError("give an environment NAME and --inventory FILE")
+    from provision.cliargs import writable_target
+
+    if report_dir is not None:
+        writable_target(report_dir, "--report-dir")  # before a playbook is written or run
     options = fleet.Options(inventory, limit, check, forks, bundle, report_dir)
     result = fleet.run(_find(name, out).env, options)
     click.echo(fleet_report.table(result))
@@ -635,21 +771,23 @@ def fleet_cmd(
 @cli.command("bundle")
 @click.argument("name")
 @find_option
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("-o", "--output", type=SafePath(path_type=Path, dir_okay=False),
               help="The bundle file (default: NAME.bundle.tar; parts: FILE.001, ...).")  # fmt: skip
-@click.option("--split", metavar="SIZE",
-              help="Write parts smaller than SIZE (4G fits FAT32; 650M, 63000000, 63MB).")  # fmt: skip
+@click.option("--split", metavar="SIZE", callback=size,
+              help="Write parts smaller than SIZE (4G fits FAT32; 650M, 63MB).")  # fmt: skip
 @click.option("--with-toolkit", is_flag=True,
               help="system path: carry NVIDIA's CUDA runfile and cuDNN archive too.")  # fmt: skip
-@click.option("--provision-python", metavar="X.Y",
+@click.option("--provision-python", metavar="X.Y", callback=version_xy,
               help="Python of the target that runs provision (default: the environment's, "
               "when >= 3.10, else this one's).")  # fmt: skip
-@click.option("--glibc", metavar="X.Y", help="The target's glibc (default: this host's).")
-@click.option("--platform", metavar="SUBDIR", help="Target platform (default: the spec's).")
-@click.option("--cache-dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--glibc", metavar="X.Y", callback=version_xy,
+              help="The target's glibc (default: this host's).")  # fmt: skip
+@click.option("--platform", metavar="SUBDIR", callback=nonblank,
+              help="Target platform (default: the spec's).")  # fmt: skip
+@click.option("--cache-dir", type=SafePath(path_type=Path, file_okay=False),
               help="Where downloads are kept (default: the user's cache).")  # fmt: skip
-@click.option("--provision-wheels", type=click.Path(path_type=Path, file_okay=False, exists=True),
-              help="Take provision's wheels and its dependencies' from DIR as they are.")  # fmt: skip
+@click.option("--provision-wheels", type=SafePath(path_type=Path, file_okay=False, exists=True),
+              help="Take provision's wheels and its dependencies' from DIR.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def bundle_cmd(
@@ -659,7 +797,9 @@ def bundle_cmd(
 ) -> None:  # fmt: skip
     """One archive holding everything needed to build NAME on a machine with no network."""
     from provision import bundle, bundle_format
+    from provision.cliargs import writable_target
 
+    writable_target(output or Path(f"{name}.bundle.tar"), "-o")  # before any download
     result = bundle.build(
         _find(name, out).env, output or Path(f"{name}.bundle.tar"),
         split=bundle_format.parse_size(split) if split else None, with_toolkit=with_toolkit,
@@ -680,7 +820,8 @@ def bundle_cmd(
 
 
 def _progress(quiet: bool) -> Callable[[str], None]:
-    return (lambda line: None) if quiet else (lambda line: click.echo(line, err=True))
+    silent = quiet or click.get_current_context().meta.get(VERBOSITY, 1) == 0  # the group's -q
+    return (lambda line: None) if silent else (lambda line: click.echo(line, err=True))
 
 
 def _install_from_bundle(
@@ -690,6 +831,9 @@ def _install_from_bundle(
 ) -> None:  # fmt: skip
     from provision import unbundle
 
+    if name is not None and name.startswith("-"):  # `install --from-bundle B -- --opt`: no NAME
+        script_args = (name, *script_args)
+        name = None
     result = unbundle.install_from_bundle(
         bundle, name=name, out=out, prefix=prefix, installer=installer,  # type: ignore[arg-type]
         solver=solver, require_gpu=require_gpu, verify=not no_verify, script_args=script_args,
@@ -712,11 +856,27 @@ BENCH_PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
 
 def _counts(value: str, flag: str) -> str:
     parts = value.split(",")
-    if not all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts):
+    if not all(p.isascii() and p.isdigit() and 0 < int(p) <= 1024 for p in parts):
         raise click.BadParameter(f"takes GPU counts like 1,2,4, not {value!r}", param_hint=flag)
     if len(set(parts)) != len(parts):
         raise click.BadParameter(f"names a count twice: {value!r}", param_hint=flag)
     return value
+
+
+def _bench_checks(options: dict[str, Any]) -> None:
+    """What the payload would refuse after TensorFlow has loaded, refused first (exit 2)."""
+    per = options["steps_per_execution"]
+    for flag in ("steps", "warmup"):
+        if options[flag] % per:
+            raise click.BadParameter(
+                f"{options[flag]} is not a multiple of --steps-per-execution {per}",
+                param_hint=f"--{flag}",
+            )
+    if options["strategy"] == "default" and options["gpus"] != "1":
+        raise click.BadParameter(
+            "--strategy default runs on one device: give --gpus 1", param_hint="--gpus"
+        )
+    options["jit"] = {True: "on", False: "off", None: "auto"}[options["jit"]]
 
 
 def _precisions(value: str) -> str:

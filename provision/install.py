@@ -32,6 +32,8 @@ from typing import Literal
 from provision import _proc, environment, registry, tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError, ToolMissing, UsageError
+from provision.progress import Event, Report, nothing
+from provision.toolout import InstallerLines
 
 MARKER = ".provision-install.json"
 MARKER_SCHEMA = 2
@@ -48,9 +50,11 @@ class Offline:
 
     find_links: Path
     conda_lock: Path | None = None
+    conda_pkgs: Path | None = None  # a package cache that holds every conda package of the lock
 
-    def pip_env(self) -> dict[str, str]:
-        return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(self.find_links)}
+    def environ(self) -> dict[str, str]:
+        pkgs = {"CONDA_PKGS_DIRS": str(self.conda_pkgs)} if self.conda_pkgs else {}
+        return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(self.find_links), **pkgs}
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,7 @@ def uv_install_argv(uv: str, venv_python: Path, lock: Path, find_links: Path | N
     where = (["--no-config", "--no-index", "--find-links", str(find_links)] if find_links
              else uv_index_args())  # fmt: skip
     return [
-        uv, "pip", "install", "--quiet", "--python", str(venv_python),
+        uv, "pip", "install", "--python", str(venv_python),
         "--require-hashes", "--no-deps", "-r", str(lock), *where,
     ]  # fmt: skip
 
@@ -209,12 +213,17 @@ def _run_step(
     prefix: Path,
     env: Mapping[str, str] | None = None,
     lock_fd: int | None = None,
+    report: Report = nothing,
 ) -> None:
     """One installer run. It holds the prefix's build lock too (lock_fd), and dies with provision,
-    so no installer can go on writing into the prefix once a re-run may rebuild it."""
+    so no installer can go on writing into the prefix once a re-run may rebuild it. What it
+    prints is reported as it comes (downloads, sizes, rates)."""
     keep = () if lock_fd is None else (lock_fd,)
+    report(Event("info", what))
+    lines = InstallerLines(report)
     try:
-        done = _proc.run(argv, timeout=INSTALL_TIMEOUT, check=False, env=env, keep_fds=keep)
+        done = _proc.stream(argv, lines, timeout=INSTALL_TIMEOUT, env=env, keep_fds=keep)
+        lines.close()
     except ToolMissing:
         raise
     except ProvisionError as exc:
@@ -225,7 +234,7 @@ def _run_step(
 
 def _build_pip(
     env: EnvDir, prefix: Path, installer: Installer, lock_fd: int | None,
-    offline: Offline | None = None,
+    offline: Offline | None = None, report: Report = nothing,
 ) -> str:  # fmt: skip
     links = offline.find_links if offline else None
     base_python = tools.find_python(env.python)
@@ -239,10 +248,10 @@ def _build_pip(
             "creating the venv",
             [uv, "venv", "--quiet", "--no-config", "--allow-existing",
              "--python", str(base_python), str(prefix)],
-            prefix, lock_fd=lock_fd,
+            prefix, lock_fd=lock_fd, report=report,
         )  # fmt: skip
         argv = uv_install_argv(uv, venv_python, lock, links)
-        _run_step("uv pip install", argv, prefix, lock_fd=lock_fd)
+        _run_step("uv pip install", argv, prefix, lock_fd=lock_fd, report=report)
         used = "uv"
     else:
         _run_step(
@@ -250,17 +259,19 @@ def _build_pip(
             [str(base_python), "-m", "venv", str(prefix)],
             prefix,
             lock_fd=lock_fd,
+            report=report,
         )
         argv = pip_install_argv(venv_python, lock, links)
-        _run_step("pip install", argv, prefix, lock_fd=lock_fd)
+        _run_step("pip install", argv, prefix, lock_fd=lock_fd, report=report)
         used = "pip"
     environment.install_hooks(env, prefix)
     return used
 
 
 def _build_conda(
-    env: EnvDir, prefix: Path, solver: str, lock_fd: int | None, offline: Offline | None = None
-) -> str:
+    env: EnvDir, prefix: Path, solver: str, lock_fd: int | None, offline: Offline | None = None,
+    report: Report = nothing,
+) -> str:  # fmt: skip
     conda = tools.solver(solver)
     lock = offline.conda_lock if offline and offline.conda_lock else env.lock
     # -I: `python -m` would put the working directory first on sys.path, and a stray build.py or
@@ -270,8 +281,9 @@ def _build_conda(
         "--prefix", str(prefix), str(lock.absolute()),
     ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="provision-pip-guard-") as guard:
-        run_env = {**_pip_guard(Path(guard)), **(offline.pip_env() if offline else {})}
-        _run_step("conda-lock install", argv, prefix, env=run_env, lock_fd=lock_fd)
+        run_env = {**_pip_guard(Path(guard)), **(offline.environ() if offline else {})}
+        _run_step("conda-lock install", argv, prefix, env=run_env, lock_fd=lock_fd,
+                  report=report)  # fmt: skip
     _check_pip_part(env.lock, prefix)
     environment.install_hooks(env, prefix)
     return "conda-lock"
@@ -368,8 +380,10 @@ def install(
     solver: str = "auto",
     script_args: tuple[str, ...] = (),
     offline: Offline | None = None,
+    report: Report = nothing,
 ) -> InstallResult:
     """Build the environment of `env` at `prefix` (its default prefix unless given), register it.
+    report: progress while it builds (each installer, each download, install.sh's steps).
 
     Hand-edited rendered files are refused unless `force` (which also rebuilds a complete prefix).
     script_args go to the system path's install script (e.g. --runfile FILE, --dry-run)."""
@@ -385,7 +399,7 @@ def install(
     if needs_lock:
         _check_lock(env)
     if env.path == "system":
-        result = _install_system(env, prefix, script_args, start, offline)
+        result = _install_system(env, prefix, script_args, start, offline, report)
         if "--dry-run" not in script_args and interpreter(result.prefix).exists():
             home = _system_cuda_home(env, prefix)
             environment.install_hooks(env, result.prefix, {"PROVISION_CUDA_HOME": str(home)})
@@ -394,10 +408,25 @@ def install(
     if script_args:
         raise UsageError(f"extra arguments {' '.join(script_args)} apply to the system path only")
     target = (Path(prefix) if prefix else env.default_prefix()).absolute()
+    check_prefix(target)
     with _exclusive(target) as lock_fd:
-        result = _install_at(env, target, force, installer, solver, start, lock_fd, offline)
+        result = _install_at(env, target, force, installer, solver, start, lock_fd, offline, report)
     _register(env, result, owned=True)
     return result
+
+
+def check_prefix(target: Path) -> None:
+    """Before anything is written: the prefix can be built here and registered (its path fits
+    the file system, it is not a file, its folder is writable, PROVISION_HOME is usable)."""
+    from provision.cliargs import path_problem, writable_target
+
+    why = path_problem(str(target))
+    if why:
+        raise UsageError(f"--prefix {str(target)[:80]} {why}")
+    writable_target(target, "--prefix")
+    if target.is_dir() and not os.access(target, os.W_OK | os.X_OK):
+        raise InstallError(f"--prefix {target} is not writable; choose another place")
+    registry.usable_home()
 
 
 def _check_lock(env: EnvDir) -> None:
@@ -445,6 +474,14 @@ def _register(env: EnvDir, result: InstallResult, *, owned: bool) -> None:
     )
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
 @contextlib.contextmanager
 def _exclusive(target: Path) -> Iterator[int]:
     """One build of a prefix at a time (two `provision create` runs would wipe each other's work),
@@ -453,10 +490,13 @@ def _exclusive(target: Path) -> Iterator[int]:
     import fcntl
 
     locks = registry.home() / "locks"  # not beside the prefix: its folder may be anybody's
+    made_folder = not locks.exists()
     try:
         locks.mkdir(parents=True, exist_ok=True)
         key = hashlib.sha256(os.path.realpath(target).encode()).hexdigest()[:24]
-        fh = open(locks / f"{key}.lock", "a+")  # noqa: SIM115 (closed below)
+        lock_file = locks / f"{key}.lock"
+        made_file = not lock_file.exists()
+        fh = open(lock_file, "a+")  # noqa: SIM115 (closed below)
     except OSError as exc:
         raise InstallError(
             f"cannot use PROVISION_HOME {registry.home()}: {exc.strerror} ({exc.filename})"
@@ -472,12 +512,26 @@ def _exclusive(target: Path) -> Iterator[int]:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise InstallError(
-                        f"another provision install is building {target}; wait for it, "
-                        "then re-run"
+                        f"another provision install is building {target}; wait for it, then re-run"
                     ) from None
                 time.sleep(0.1)
+        if not _same_file(fh.fileno(), lock_file):
+            # The build we waited for failed and removed its lock file: lock the current one.
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+            with _exclusive(target) as fd:
+                yield fd
+            return
         try:
             yield fh.fileno()
+        except BaseException:
+            # A build that failed leaves nothing behind, this lock file included (removed while
+            # still held; whoever waited on it sees that and locks a new one).
+            if made_file:
+                lock_file.unlink(missing_ok=True)
+                if made_folder:
+                    with contextlib.suppress(OSError):
+                        locks.rmdir()
+            raise
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
@@ -491,6 +545,7 @@ def _install_at(
     start: float,
     lock_fd: int | None = None,
     offline: Offline | None = None,
+    report: Report = nothing,
 ) -> InstallResult:
     digest = inputs_digest(env)
     lock_sha = sha256_file(env.lock)
@@ -506,7 +561,7 @@ def _install_at(
             env.name, env.path, target, interpreter(target), str(marker.get("installer", "")),
             lock_sha, skipped=True, seconds=time.monotonic() - start,
         )  # fmt: skip
-    used = _build(env, target, state, digest, lock_sha, installer, solver, lock_fd, offline)
+    used = _build(env, target, state, digest, lock_sha, installer, solver, lock_fd, offline, report)
     return InstallResult(
         env.name, env.path, target, interpreter(target), used, lock_sha,
         skipped=False, seconds=time.monotonic() - start,
@@ -523,6 +578,7 @@ def _build(
     solver: str,
     lock_fd: int | None = None,
     offline: Offline | None = None,
+    report: Report = nothing,
 ) -> str:
     old = target.with_name(target.name + ".provision-old")
     _clear(old)  # left by a run that was killed while replacing a complete environment
@@ -556,9 +612,9 @@ def _build(
             _write_marker(staging, record)
             staging.rename(target)
         if env.path == "conda":
-            used = _build_conda(env, target, solver, lock_fd, offline)
+            used = _build_conda(env, target, solver, lock_fd, offline, report)
         else:
-            used = _build_pip(env, target, installer, lock_fd, offline)
+            used = _build_pip(env, target, installer, lock_fd, offline, report)
         _write_marker(target, {**record, "state": "complete", "installer": used})
     except BaseException:
         if kept:
@@ -582,7 +638,7 @@ def system_script() -> Path:
 
 def _install_system(
     env: EnvDir, prefix: Path | None, script_args: tuple[str, ...], start: float,
-    offline: Offline | None = None,
+    offline: Offline | None = None, report: Report = nothing,
 ) -> InstallResult:  # fmt: skip
     """The system path's script is idempotent and resumable: it runs as it is, options passed on."""
     variables = env.root / "system.env"
@@ -597,8 +653,16 @@ def _install_system(
         argv += ["--python", str(tools.find_python(env.python))]
     argv += list(script_args)
     try:
-        pip_env = offline.pip_env() if offline else None  # the venv step's pip: no index
-        done = _proc.run(argv, cwd=env.root, env=pip_env, timeout=INSTALL_TIMEOUT, check=False)
+        pip_env = offline.environ() if offline else {}  # the venv step's pip: no index
+        # How the script's hints name its options when provision runs it (not `bash install.sh`).
+        pip_env = {
+            **pip_env,
+            "PROVISION_VIA": f"provision install {env.name} --out {env.root.parent} --",
+        }
+        report(Event("info", f"running {script.name} --vars {variables.name}"))
+        lines = InstallerLines(report)  # its steps as they run: it says what it is doing
+        done = _proc.stream(argv, lines, cwd=env.root, env=pip_env, timeout=INSTALL_TIMEOUT)
+        lines.close()
     except ProvisionError as exc:
         raise InstallError(f"{script.name} --vars {variables}: {exc}") from exc
     if not done:

@@ -116,7 +116,7 @@ def install_from_bundle(
                 seconds["unpack"] = time.monotonic() - started
                 env = place_env(staging / "env" / manifest.name, out)
                 _fault("unpacked")
-                offline = install.Offline(staging / "wheels", _offline_lock(env, manifest, staging))
+                offline = _offline(env, manifest, staging, solver)
                 progress(f"building {manifest.name} with no index and no channel")
                 t0 = time.monotonic()
                 result = install.install(
@@ -224,10 +224,12 @@ def staging_dir(digest: str) -> Iterator[Path]:
     base.mkdir(parents=True, exist_ok=True)
     locks.mkdir(parents=True, exist_ok=True)
     for left in sorted(base.iterdir()):
-        with open(locks / f"unpack-{left.name}.lock", "a+") as other:
-            with contextlib.suppress(BlockingIOError):
-                fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                shutil.rmtree(left, ignore_errors=True)
+        with (
+            open(locks / f"unpack-{left.name}.lock", "a+") as other,
+            contextlib.suppress(BlockingIOError),
+        ):
+            fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            shutil.rmtree(left, ignore_errors=True)
     key = digest[:16]
     with open(locks / f"unpack-{key}.lock", "a+") as fh:
         try:
@@ -298,7 +300,8 @@ def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo, member: Member, dest: 
     if size != member.size or h.hexdigest() != member.sha256:
         raise BundleError(
             f"{member.name} in {source.shown} is corrupt (sha256 {h.hexdigest()}, {size} bytes; "
-            f"the manifest says {member.sha256}, {member.size} bytes); nothing was installed"
+            f"the manifest says {member.sha256}, {member.size} bytes)"
+            f"{source.holding(info.offset_data, member.size)}; nothing was installed"
         )
 
 
@@ -340,12 +343,17 @@ def _same_tree(a: Path, b: Path) -> bool:
     return files(a) == files(b)
 
 
-def _offline_lock(env: EnvDir, manifest: Manifest, staging: Path) -> Path | None:
-    """conda path: the lock with each URL of the target platform naming its staged file."""
+def _offline(env: EnvDir, manifest: Manifest, staging: Path, solver: str) -> install.Offline:
+    """Where the build finds each file. conda path: a copy of the lock whose pip URLs name the
+    staged wheels; its conda packages are found in the staged package cache by provision-conda
+    (so conda-meta keeps the channel's URLs), or named by file:// URLs for another solver."""
+    wheels = staging / "wheels"
     if env.path != "conda":
-        return None
+        return install.Offline(wheels)
+    from provision import tools
     from provision.lockinputs import dump_yaml, load_yaml
 
+    builtin = Path(tools.solver(solver)).name == "provision-conda"
     data = load_yaml(env.lock)
     names = {m.name for m in manifest.members}
     for pkg in data.get("package") or []:
@@ -355,10 +363,11 @@ def _offline_lock(env: EnvDir, manifest: Manifest, staging: Path) -> Path | None
         rel = f"{'wheels' if pkg.get('manager') == 'pip' else 'conda'}/{file_name}"
         if rel not in names:
             raise BundleError(f"the bundle lacks {rel}, which {env.lock.name} names")
-        pkg["url"] = (staging / rel).as_uri()
+        if pkg.get("manager") == "pip" or not builtin:
+            pkg["url"] = (staging / rel).as_uri()
     path = staging / "conda-lock.offline.yml"
     path.write_text(dump_yaml(data), encoding="utf-8")
-    return path
+    return install.Offline(wheels, path, staging / "conda" if builtin else None)
 
 
 def _toolkit_args(manifest: Manifest, staging: Path, args: tuple[str, ...]) -> tuple[str, ...]:

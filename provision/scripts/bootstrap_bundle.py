@@ -13,6 +13,8 @@ those members against the manifest, makes a venv at $PROVISION_HOME/venv (by def
 Standard library only; it runs with any Python 3.8 or newer and says what is missing.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
@@ -22,13 +24,14 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any, BinaryIO, NoReturn
 
 ROOT = "provision-bundle/"
 PART_MAGIC = b"provision-bundle-part 1\n"
 PART_HEADER = 512
 
 
-def fail(message: str) -> "None":
+def fail(message: str) -> NoReturn:
     sys.stderr.write(f"bootstrap: error: {message}\n")
     sys.exit(1)
 
@@ -40,9 +43,9 @@ class Parts:
         m = re.fullmatch(r"(.+)\.(\d{3,})", first.name)
         if not m:
             fail(f"{first}: a part's name ends in .001")
-        self.base = first.with_name(m.group(1))  # type: ignore[union-attr]
+        self.base = first.with_name(m.group(1))
         self.number = 0
-        self.fh = None
+        self.fh: BinaryIO | None = None
         self._next()
 
     def _next(self) -> None:
@@ -63,17 +66,17 @@ class Parts:
         return b""
 
 
-def open_stream(path: Path):  # type: ignore[no-untyped-def]
+def open_stream(path: Path) -> Parts | BinaryIO:
     with open(path, "rb") as fh:
         split = fh.read(len(PART_MAGIC)) == PART_MAGIC
-    return Parts(path) if split else open(path, "rb")  # noqa: SIM115
+    return Parts(path) if split else open(path, "rb")
 
 
-def read_manifest(tar: tarfile.TarFile, source: Path) -> dict:  # type: ignore[type-arg]
+def read_manifest(tar: tarfile.TarFile, source: Path) -> dict[str, Any]:
     info = tar.next()
     if info is None or info.name != ROOT + "manifest.json":
         fail(f"{source} is not a provision bundle (its first member is not the manifest)")
-    data = tar.extractfile(info).read()  # type: ignore[union-attr,arg-type]
+    data = tar.extractfile(info).read()  # type: ignore[union-attr]
     raw = json.loads(data.decode("utf-8"))
     digest = raw.pop("digest", None)
     text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
@@ -82,17 +85,17 @@ def read_manifest(tar: tarfile.TarFile, source: Path) -> dict:  # type: ignore[t
     return raw  # type: ignore[no-any-return]
 
 
-def extract_provision(tar: tarfile.TarFile, manifest: dict, into: Path) -> None:  # type: ignore[type-arg]
+def extract_provision(tar: tarfile.TarFile, manifest: dict[str, Any], into: Path) -> None:
     wanted = {m["name"]: m for m in manifest["members"] if m["group"] == "provision"}
     while wanted:
         info = tar.next()
         if info is None:
             fail("the bundle ended before provision's wheels: it is truncated")
-        name = info.name[len(ROOT) :]  # type: ignore[union-attr]
+        name = info.name[len(ROOT) :]
         member = wanted.pop(name, None)
         if member is None:
             continue
-        data = tar.extractfile(info).read()  # type: ignore[union-attr,arg-type]
+        data = tar.extractfile(info).read()  # type: ignore[union-attr]
         if hashlib.sha256(data).hexdigest() != member["sha256"]:
             fail(f"{name} in the bundle is corrupt (its sha256 is not the manifest's)")
         (into / Path(name).name).write_bytes(data)
@@ -108,7 +111,8 @@ def home() -> Path:
 
 def python_for(version: str) -> str:
     """This interpreter when it is Python X.Y, else pythonX.Y on PATH (re-run with it)."""
-    if "%d.%d" % sys.version_info[:2] == version:
+    this = "{}.{}".format(*sys.version_info[:2])
+    if this == version:
         return sys.executable
     from shutil import which
 
@@ -116,10 +120,10 @@ def python_for(version: str) -> str:
     if found is None:
         fail(
             f"provision's wheels in this bundle are for Python {version}, and this host has no "
-            f"python{version} (this is Python {'%d.%d' % sys.version_info[:2]}); install it, or "
-            f"build the bundle with --provision-python {'%d.%d' % sys.version_info[:2]}"
+            f"python{version} (this is Python {this}); install it, or build the bundle with "
+            f"--provision-python {this}"
         )
-    return found  # type: ignore[return-value]
+    return found
 
 
 def installed_version(python: Path) -> str:
@@ -132,14 +136,14 @@ def installed_version(python: Path) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-def main(argv: list) -> int:  # type: ignore[type-arg]
+def main(argv: list[str]) -> int:
     if len(argv) < 1 or argv[0] in ("-h", "--help"):
         sys.stdout.write(__doc__ or "")
         return 0 if argv else 2
     bundle = Path(argv[0]).absolute()
     if not bundle.is_file():
         fail(f"{bundle}: no such file")
-    with tarfile.open(fileobj=open_stream(bundle), mode="r|") as tar:
+    with tarfile.open(fileobj=open_stream(bundle), mode="r|") as tar:  # type: ignore[call-overload]
         manifest = read_manifest(tar, bundle)
         version, wanted = manifest["provision_version"], manifest["provision_python"]
         python = python_for(wanted)
@@ -158,13 +162,13 @@ def main(argv: list) -> int:  # type: ignore[type-arg]
                         f"(Debian, Ubuntu: apt-get install python{wanted}-venv)"
                     )
                 pip = [str(exe), "-m", "pip", "install", "--no-index", "--find-links", tmp,
-                       "--disable-pip-version-check", "--quiet", f"provision=={version}"]  # fmt: skip
+                       "--disable-pip-version-check", "--quiet",
+                       f"provision=={version}"]  # fmt: skip
                 if subprocess.run(pip).returncode != 0:
                     fail(f"pip could not install provision {version} into {venv} (see above)")
     provision = venv / "bin" / "provision"
     print(f"bootstrap: provision {version} is at {provision}; running it", flush=True)
     os.execv(str(provision), [str(provision), "install", "--from-bundle", str(bundle), *argv[1:]])
-    return 0  # not reached
 
 
 if __name__ == "__main__":
