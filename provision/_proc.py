@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from provision.errors import ProvisionError, ToolMissing
 
@@ -29,6 +30,21 @@ class Completed:
         """The last line the command printed, stderr first: usually its own reason for failing."""
         lines = (self.stderr.strip() or self.stdout.strip()).splitlines()
         return lines[-1] if lines else default
+
+
+def cannot_run(program: str, exc: OSError) -> ProvisionError:
+    """A program that exists but cannot be started: not executable, not a program at all."""
+    import errno
+
+    if exc.errno == errno.ENOEXEC:
+        why = "is not a program this machine can run (exec format error)"
+    elif exc.errno in (errno.EACCES, errno.EPERM):
+        why = "cannot be run: permission denied (is it executable?)"
+    elif exc.errno == errno.ENAMETOOLONG:
+        why = "cannot be run: its path is too long"
+    else:
+        why = f"cannot be run: {exc.strerror or exc}"
+    return ProvisionError(f"{program} {why}")
 
 
 def which(name: str) -> str | None:
@@ -94,6 +110,8 @@ def run(
         )
     except FileNotFoundError as exc:
         raise ToolMissing(f"{args[0]} is not installed or not on PATH") from exc
+    except OSError as exc:
+        raise cannot_run(args[0], exc) from exc
     except subprocess.TimeoutExpired as exc:
         raise ProvisionError(
             f"{' '.join(args[:3])} ... did not finish within {timeout:g} s"
@@ -104,3 +122,76 @@ def run(
             f"{Path(args[0]).name} failed (exit {done.returncode}): {done.last_line()}"
         )
     return done
+
+
+def stream(
+    argv: Sequence[str | os.PathLike[str]],
+    on_line: Callable[[str, bool], None],
+    *,
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 600,
+    keep_fds: Sequence[int] = (),
+) -> Completed:
+    """Run argv as run(check=False) does, and hand each line it prints to on_line(line, is_stderr)
+    as it comes (installers that download gigabytes, install.sh's steps), not only at the end.
+    ProvisionError on a missing program or a timeout; a failure is the caller's to judge."""
+    import threading
+    import time
+
+    args = tuple(os.fspath(a) for a in argv)
+    prctl = _prctl()
+    full_env = None if env is None else {**os.environ, **env}
+    try:
+        proc = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=full_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            bufsize=1,
+            pass_fds=tuple(keep_fds),
+            preexec_fn=_child_setup(prctl, os.getpid()) if prctl else None,
+        )
+    except FileNotFoundError as exc:
+        raise ToolMissing(f"{args[0]} is not installed or not on PATH") from exc
+    except OSError as exc:
+        raise cannot_run(args[0], exc) from exc
+    out: list[str] = []
+    err: list[str] = []
+    lock = threading.Lock()  # on_line is called from one reader at a time
+
+    def read(pipe: Any, into: list[str], is_err: bool) -> None:
+        for line in pipe:
+            into.append(line)
+            with lock:
+                on_line(line.rstrip("\r\n"), is_err)
+
+    readers = [
+        threading.Thread(target=read, args=(proc.stdout, out, False), daemon=True),
+        threading.Thread(target=read, args=(proc.stderr, err, True), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.wait()
+        raise ProvisionError(
+            f"{' '.join(args[:3])} ... did not finish within {timeout:g} s"
+        ) from exc
+    except BaseException:  # KeyboardInterrupt: the child goes with us
+        proc.kill()
+        proc.wait()
+        raise
+    deadline = time.monotonic() + 10  # what a grandchild holding the pipes still prints
+    for reader in readers:
+        reader.join(max(0.0, deadline - time.monotonic()))
+    for pipe, reader in zip((proc.stdout, proc.stderr), readers, strict=True):
+        if pipe is not None and not reader.is_alive():
+            pipe.close()  # a reader still blocked on a grandchild's pipe keeps its own
+    return Completed(args, proc.returncode, "".join(out), "".join(err))

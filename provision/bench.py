@@ -1,18 +1,26 @@
-"""`provision bench`: runs the payload's benchmark inside an environment, summarises its report."""
+"""`provision bench`: runs the payload's benchmark in one environment or several, one after the
+other with the same options, records where it ran (the hardware, read on the host), and gives one
+result for all of them; `bench_report` shows it (table, findings, plot)."""
 
 from __future__ import annotations
 
 import json
 import os
+import platform
+import shlex
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provision import _proc
-from provision.errors import ProvisionError
+from provision.errors import ProvisionError, UsageError
+from provision.payload import bench_schema
 from provision.payload_app import payload_argv
+from provision.progress import Event, Report, human_seconds, nothing
+
+LONG_S = 600.0  # a configuration expected to take longer than this is warned about
 
 
 class BenchError(ProvisionError):
@@ -20,35 +28,43 @@ class BenchError(ProvisionError):
 
 
 @dataclass(frozen=True)
+class Target:
+    """One environment to benchmark: how it is named in the results, and its interpreter."""
+
+    label: str
+    python: Path
+
+
+@dataclass(frozen=True)
 class BenchResult:
-    report: dict[str, Any]
-    plot: Path | None
+    reports: tuple[dict[str, Any], ...]  # one per environment that gave a report, in order
+    errors: tuple[dict[str, str], ...] = ()  # {"environment", "error"}: gave no report
+    plot: Path | None = None
+    plot_error: str = ""  # the plot could not be written; the results are still all here
+
+    @property
+    def ok(self) -> bool:
+        """Every environment gave a report, and one configuration at least ran."""
+        return not self.errors and any(r.get("runs") for r in self.reports)
+
+    def as_json(self) -> dict[str, Any]:
+        """One environment: its report; several: a set of reports (bench_schema)."""
+        if len(self.reports) == 1 and not self.errors:
+            return self.reports[0]
+        return {
+            "schema": bench_schema.SCHEMA,
+            "tool": bench_schema.SET_TOOL,
+            "reports": list(self.reports),
+            "errors": list(self.errors),
+        }
 
     def lines(self) -> list[str]:
-        r = self.report
-        out = [
-            f"TensorFlow {r['tensorflow']} on {len(r['devices'])} device(s): "
-            f"{r['settings']['model']} {r['settings']['image_size']}px"
-        ]
-        out.append(
-            "  matmul "
-            + ", ".join(f"{m['precision']} {m['tflops']:g} TFLOP/s" for m in r["matmul"])
-        )
-        out.append(
-            f"  {'devices':>7}  {'precision':<15} {'images/s':>10} {'epoch s':>8} "
-            f"{'accuracy':>8} {'speed-up':>8} {'efficiency':>10}"
-        )
-        for run in r["runs"]:
-            out.append(
-                f"  {run['gpus']:>7}  {run['precision']:<15} {run['images_per_s']:>10.1f} "
-                f"{run['epoch_s']:>8.1f} {run['accuracy']:>8.3f} {run['speedup']:>8.2f} "
-                f"{run['efficiency']:>10.2f}"
-            )
-        for f in r.get("failed", []):
-            out.append(f"  {f['gpus']:>7}  {f['precision']:<15} failed: {f['error']}")
-        out += [f"  note: {m}" for m in r.get("messages", [])]
+        from provision import bench_report
+
+        out = bench_report.lines(self.reports)
+        out += [f"{e['environment']}: failed: {e['error']}" for e in self.errors]
         if self.plot is not None:
-            out.append(f"  plot: {self.plot}")
+            out.append(f"plot: {self.plot}")
         return out
 
 
@@ -62,45 +78,238 @@ def bench_argv(python: Path, options: Mapping[str, Any], json_out: Path) -> list
     return payload_argv(python, "bench", args)
 
 
+def check_plot(plot: Path) -> None:
+    """Refuse a --plot that cannot be written before the benchmark runs (it may take hours)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise BenchError("--plot needs matplotlib: pip install 'provision[bench]'") from exc
+    folder = Path(plot).parent
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if Path(plot).is_dir():
+        raise UsageError(f"--plot {plot} is a directory; give a file name ending in .png")
+    if not existing.is_dir():
+        raise UsageError(f"--plot {plot}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BenchError(f"--plot {plot}: {existing} is not writable; choose another place")
+
+
+def slow_warnings(options: Mapping[str, Any]) -> list[str]:
+    """Configurations known to crawl, said before anything starts: mixed precision on CPU devices
+    emulates float16/bfloat16 (measured: 1.4 images/s for the mlp model in float16)."""
+    if not options.get("cpu_devices"):
+        return []
+    mixed = [p for p in str(options.get("precision", "")).split(",") if p.startswith("mixed_")]
+    if not mixed:
+        return []
+    return [
+        f"{', '.join(mixed)} on CPU devices is emulated and can take hours per configuration "
+        "(float16 on a CPU measured 1.4 images/s); --precision float32 runs at full speed"
+    ]
+
+
+class _Events:
+    """The payload's progress lines (configuration, estimate, outcome) as progress events."""
+
+    def __init__(self, report: Report, label: str = "") -> None:
+        self.report = report
+        self.label = label  # the environment, when several are compared
+
+    def __call__(self, line: str, is_stderr: bool) -> None:
+        event_prefix = bench_schema.EVENT
+        if not line.startswith(event_prefix):
+            if line.strip():
+                self.report(Event("detail", line.strip()))
+            return
+        try:
+            ev = json.loads(line[len(event_prefix) :])
+        except ValueError:
+            return
+        what = f"{ev.get('gpus')} x {ev.get('precision')}"
+        if self.label:
+            what = f"{self.label} {what}"
+        kind = ev.get("event")
+        if kind == "config":
+            self.report(Event("step", f"[{ev.get('index')}/{ev.get('total')}] {what} ..."))
+        elif kind == "first_step":
+            seconds = float(ev.get("seconds") or 0)
+            self.report(Event("info", f"{what}: first step {seconds:.1f} s (tracing, compiling)"))
+        elif kind == "estimate":
+            seconds = float(ev.get("seconds") or 0)
+            pace = float(ev.get("step_s") or 0)
+            left = human_seconds(seconds)
+            self.report(Event("info", f"{what}: about {left} to go ({pace:.2f} s a step)"))
+            if seconds > LONG_S:
+                warning = (
+                    f"{what} will take about {left}; Ctrl-C stops it, fewer --steps shorten it"
+                )
+                self.report(Event("warn", warning))
+        elif kind == "result":
+            self.report(
+                Event(
+                    "done",
+                    f"{what}: {float(ev.get('images_per_s') or 0):,.1f} images/s, accuracy "
+                    f"{float(ev.get('accuracy') or 0):.3f} ({float(ev.get('seconds') or 0):.0f} s)",
+                )
+            )
+        elif kind == "skipped":
+            self.report(Event("done", f"{what}: skipped: {ev.get('reason')}"))
+        elif kind == "failed":
+            self.report(Event("done", f"{what}: failed: {ev.get('error')}"))
+        elif kind == "warn":
+            self.report(Event("warn", f"{self.label + ': ' if self.label else ''}{ev.get('text')}"))
+
+
 def run(
-    python: Path,
+    targets: Sequence[Target],
     *,
     options: Mapping[str, Any],
     plot: Path | None,
     timeout: float = 3600,
+    report: Report = nothing,
+    command: str = "",
 ) -> BenchResult:
-    """The benchmark with an environment's interpreter, as it is: its own hook finds CUDA."""
-    if not Path(python).exists():
-        raise BenchError(f"no interpreter at {python}")
+    """The benchmark in each environment in turn, with its interpreter as it is (its own hook
+    finds CUDA). An environment that gives no report is recorded and the next one runs.
+    report: each configuration as it starts, its estimate once its first steps are timed."""
+    for target in targets:
+        if not Path(target.python).exists():
+            raise BenchError(f"{target.label}: no interpreter at {target.python}")
+    if plot is not None:
+        check_plot(plot)
+    for warning in slow_warnings(options):
+        report(Event("warn", warning))
+    hw = hardware()
+    reports: list[dict[str, Any]] = []
+    errors: list[dict[str, str]] = []
+    several = len(targets) > 1
+    for i, target in enumerate(targets, start=1):
+        if several:
+            report(Event("step", f"environment {i}/{len(targets)}: {target.label} ..."))
+        try:
+            data = _one(target, options, timeout, _Events(report, target.label if several else ""))
+        except BenchError as exc:
+            errors.append({"environment": target.label, "error": str(exc)})
+            report(Event("warn", f"{target.label}: {exc}"))
+            continue
+        data.update(
+            hardware=hw,
+            environment={"name": target.label, "python": str(target.python)},
+            command=command or None,
+        )
+        reports.append(data)
+    result = BenchResult(tuple(reports), tuple(errors))
+    return with_plot(result, plot)
+
+
+def _one(target: Target, options: Mapping[str, Any], timeout: float, events: _Events) -> Any:
     with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
         report_file = Path(tmp) / "report.json"
-        done = _proc.run(bench_argv(python, options, report_file), timeout=timeout, check=False)
+        argv = bench_argv(target.python, options, report_file)
+        done = _proc.stream(argv, events, timeout=timeout)
         if not report_file.is_file():
             raise BenchError(
                 f"the benchmark failed (exit {done.returncode}): {done.last_line()[-300:]}"
             )
-        report = json.loads(report_file.read_text(encoding="utf-8"))
+        return json.loads(report_file.read_text(encoding="utf-8"))
+
+
+def load(paths: Sequence[Path], plot: Path | None = None) -> BenchResult:
+    """Saved reports (any schema, one report or a set per file), shown as one result."""
     if plot is not None:
-        write_plot(report, plot)
-    return BenchResult(report, plot)
+        check_plot(plot)
+    reports: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            reports += bench_schema.read(json.loads(Path(path).read_text(encoding="utf-8")))
+        except OSError as exc:
+            raise UsageError(f"--report {path}: {exc.strerror or exc}") from exc
+        except ValueError as exc:  # not JSON, or not a benchmark report
+            raise UsageError(f"--report {path}: {exc}") from exc
+    return with_plot(BenchResult(tuple(reports)), plot)
 
 
-def write_plot(report: Mapping[str, Any], plot: Path) -> None:
+def with_plot(result: BenchResult, plot: Path | None) -> BenchResult:
+    if plot is None or not result.reports:
+        return result
+    try:
+        write_plot(result.reports, plot)
+    except (OSError, ValueError, BenchError) as exc:  # the results stand; only the picture is not
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return BenchResult(
+            result.reports, result.errors, None, f"cannot write --plot {plot}: {why}"
+        )
+    return BenchResult(result.reports, result.errors, plot)
+
+
+def write_plot(reports: Sequence[Mapping[str, Any]], plot: Path) -> None:
     """Plot on the host: the environment holds TensorFlow, not necessarily matplotlib."""
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
         raise BenchError("--plot needs matplotlib: pip install 'provision[bench]'") from exc
-    from provision.payload import bench as payload_bench
+    from provision import bench_report
 
     plot.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=plot.parent, suffix=".png", delete=False) as fh:
         tmp = Path(fh.name)
     try:
-        payload_bench.plot(dict(report), str(tmp))
+        bench_report.plot([bench_schema.upgrade(dict(r)) for r in reports], tmp)
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o666 & ~umask)  # NamedTemporaryFile creates 0600; a plot is for sharing
         tmp.replace(plot)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def hardware(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The GPUs (NVML, else nvidia-smi), the driver and the CUDA version it supports, how the
+    GPUs are connected (nvidia-smi topo -m) and the CPU, read on the host. PROVISION_HOST_ROOT
+    reads a stand-in machine instead (tests)."""
+    from provision.host.gpu import probe_gpus
+    from provision.host.root import Context, read_text
+    from provision.host.topology import probe_interconnect
+
+    env = os.environ if env is None else env
+    ctx = Context(env.get("PROVISION_HOST_ROOT") or None, env, None)
+    facts = probe_gpus(ctx)
+    cpuinfo = read_text(ctx.at("/proc/cpuinfo"), 1 << 20)
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in cpuinfo.splitlines() if ln.startswith("model name")),
+        platform.processor() or platform.machine(),
+    )
+    cores = sum(1 for ln in cpuinfo.splitlines() if ln.startswith("processor")) or os.cpu_count()
+    driver = facts.driver
+    return {
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "memory_mib": g.memory_mib,
+                "compute_capability": g.compute_capability or None,
+            }
+            for g in facts.gpus
+        ],
+        "driver": (driver.version or None) if driver else None,
+        "driver_cuda": (driver.cuda or None) if driver else None,
+        "source": (driver.source or None) if driver else None,
+        "interconnect": probe_interconnect(ctx, len(facts.gpus)).as_json(),
+        "cpu": {"model": model, "cores": cores},
+    }
+
+
+def command_line(names: Sequence[str], options: Mapping[str, Any]) -> str:
+    """The `provision bench` command that runs these options (those not at their defaults)."""
+    words = ["provision", "bench", *names]
+    for key, value in options.items():
+        if value is None or value is False or value == bench_schema.DEFAULTS.get(key):
+            continue
+        if key == "jit":
+            words.append("--jit" if value == "on" else "--no-jit" if value == "off" else "")
+            continue
+        flag = "--" + key.replace("_", "-")
+        words += [flag] if value is True else [flag, str(value)]
+    return shlex.join(w for w in words if w)

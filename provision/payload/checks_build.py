@@ -1,7 +1,6 @@
 """Checks of the build and its libraries: TensorFlow's version, CUDA build, build info, the CUDA
 libraries it loads, and the versions of the CUDA runtime and cuDNN it really gets."""
 
-import ctypes
 import os
 import re
 import subprocess
@@ -216,15 +215,7 @@ def _raw_version(path: str, lib: str, loaded_by_tf: bool) -> int:
     (libcudnn_ops_infer.so.8, libcudnn_graph.so.9, ...) cannot be loaded.
     """
     if loaded_by_tf:
-        handle = ctypes.CDLL(path)
-        if lib == "cudart":
-            v = ctypes.c_int()
-            rc = handle.cudaRuntimeGetVersion(ctypes.byref(v))
-            if rc != 0:
-                raise OSError(f"cudaRuntimeGetVersion returned {rc}")
-            return int(v.value)
-        handle.cudnnGetVersion.restype = ctypes.c_size_t
-        return int(handle.cudnnGetVersion())
+        return probes.loaded_version(path, lib)
     done = subprocess.run(
         [sys.executable, "-c", _VERSION_PROBE, path, lib],
         stdin=subprocess.DEVNULL,

@@ -109,6 +109,20 @@ def loaded_libraries() -> List[str]:
     return seen
 
 
+def loaded_version(path: str, lib: str) -> int:
+    """cudaRuntimeGetVersion / cudnnGetVersion of a library this process has loaded already (one
+    not loaded yet is asked in a throwaway process: cuDNN's dispatcher can abort its caller)."""
+    handle = ctypes.CDLL(path)
+    if lib == "cudart":
+        v = ctypes.c_int()
+        rc = handle.cudaRuntimeGetVersion(ctypes.byref(v))
+        if rc != 0:
+            raise OSError(f"cudaRuntimeGetVersion returned {rc}")
+        return int(v.value)
+    handle.cudnnGetVersion.restype = ctypes.c_size_t
+    return int(handle.cudnnGetVersion())
+
+
 def library_hint(soname: str) -> Optional[str]:
     """Where a library TensorFlow cannot find lies in this environment, if anywhere."""
     roots = [p for p in sys.path if p and os.path.isdir(p)]

@@ -1,0 +1,269 @@
+"""Benchmark reports shown: one table for one or several environments (its header names the
+hardware, the software as loaded, the settings and what accuracy measures), the same rows as a
+markdown findings table with the command of each, and the speed-up plot. Pure, except `plot`,
+which draws with matplotlib. Reports are in the current schema (`bench_schema.upgrade`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+Report = Mapping[str, Any]
+
+# Settings shown, in order, with their labels; those equal in every report go on one line, those
+# that differ become columns of the table.
+SETTINGS = (
+    ("model", "model"),
+    ("image_size", "px"),
+    ("batch_per_replica", "batch/replica"),
+    ("global_batch", "global batch"),
+    ("loop", "loop"),
+    ("jit", "jit"),
+    ("steps_per_execution", "steps/exec"),
+    ("data_format", "format"),
+    ("data", "data"),
+    ("strategy", "strategy"),
+    ("steps", "steps"),
+    ("warmup", "warm-up"),
+    ("dataset", "dataset"),
+    ("cpu_devices", "CPU devices"),
+)
+
+
+RIGHT = {"devices", "images/s", "step ms", "1st step s", "accuracy", "XLA", "speed-up"}
+RIGHT |= {"efficiency", "px", "batch/replica", "global batch", "steps/exec", "steps", "warm-up"}
+
+
+def label(report: Report) -> str:
+    env = report.get("environment") or {}
+    return str(env.get("name") or f"TF {report.get('tensorflow')}")
+
+
+def _setting(report: Report, key: str) -> str:
+    value = (report.get("settings") or {}).get(key)
+    if value is None or value == "" or (key == "cpu_devices" and not value):
+        return "-"
+    return str(value)
+
+
+def differing(reports: Sequence[Report]) -> list[tuple[str, str]]:
+    """The settings (key, label) whose values are not the same in every report."""
+    return [(k, t) for k, t in SETTINGS if len({_setting(r, k) for r in reports}) > 1]
+
+
+def describe_hardware(report: Report) -> str:
+    hw = report.get("hardware")
+    devices = ", ".join(report.get("devices") or []) or "none"
+    if not hw:
+        return f"hardware: not recorded (devices: {devices})"
+    parts = []
+    gpus = hw.get("gpus") or []
+    if gpus:
+        kinds: dict[str, int] = {}
+        for g in gpus:
+            mem = f" ({g['memory_mib'] / 1024:.0f} GiB)" if g.get("memory_mib") else ""
+            kind = f"{g.get('name') or 'GPU'}{mem}"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        parts.append(", ".join(f"{n} x {k}" for k, n in kinds.items()))
+        if hw.get("driver"):
+            cuda = f" (supports CUDA {hw['driver_cuda']})" if hw.get("driver_cuda") else ""
+            parts.append(f"driver {hw['driver']}{cuda}")
+        link = hw.get("interconnect") or {}
+        if len(gpus) > 1:
+            codes = sorted(set((link.get("links") or {}).values()))
+            text = str(link.get("kind") or "unknown")
+            parts.append(f"{text} ({', '.join(codes)})" if codes else f"interconnect {text}")
+    else:
+        parts.append("no GPU")
+    cpu = hw.get("cpu") or {}
+    if cpu:
+        parts.append(f"CPU {cpu.get('model')} ({cpu.get('cores')} cores)")
+    virtual = (report.get("settings") or {}).get("cpu_devices")
+    if virtual:
+        parts.append(f"run on {virtual} virtual CPU devices")
+    return "hardware: " + ", ".join(parts)
+
+
+def describe_software(report: Report) -> str:
+    sw = report.get("software") or {}
+    build = sw.get("build") or {}
+    loaded = sw.get("loaded") or {}
+    parts = [f"TensorFlow {sw.get('tensorflow') or report.get('tensorflow')}"]
+    if sw.get("keras"):
+        parts.append(f"Keras {sw['keras']}")
+    for key, name in (("cudart", "CUDA runtime"), ("cudnn", "cuDNN")):
+        got = (loaded.get(key) or {}).get("version")
+        built = build.get("cuda" if key == "cudart" else "cudnn")
+        if got:
+            parts.append(f"{name} {got}" + (f" (built for {built})" if built else ""))
+        elif built:
+            parts.append(f"{name} not loaded (built for {built})")
+    if sw.get("python"):
+        parts.append(f"Python {sw['python']}")
+    return ", ".join(parts)
+
+
+def _base(reports: Sequence[Report]) -> tuple[str, float] | None:
+    """(what, images/s) every speed-up is measured against: the first report's 1 x float32."""
+    for r in reports:
+        for run in r.get("runs") or []:
+            if run["gpus"] == 1 and run["precision"] == "float32":
+                return f"{label(r)} 1 x float32", float(run["images_per_s"])
+    for r in reports:
+        if r.get("runs"):
+            run = r["runs"][0]
+            return f"{label(r)} {run['gpus']} x {run['precision']}", float(run["images_per_s"])
+    return None
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _xla(run: Mapping[str, Any]) -> str:
+    xla = run.get("xla")
+    return "-" if xla is None else "yes" if xla else "no"
+
+
+def rows(reports: Sequence[Report]) -> tuple[list[str], list[list[str]]]:
+    """The table's header and rows: one row per configuration that ran, in report order."""
+    several = len({label(r) for r in reports}) > 1
+    varying = differing(reports)
+    base = _base(reports)
+    head = (["environment"] if several else []) + [t for _, t in varying]
+    head += ["devices", "precision", "images/s", "step ms", "1st step s", "accuracy", "XLA"]
+    head += ["speed-up", "efficiency"]
+    out = []
+    for r in reports:
+        for run in r.get("runs") or []:
+            row = ([label(r)] if several else []) + [_setting(r, k) for k, _ in varying]
+            speedup = run["images_per_s"] / base[1] if base else None
+            row += [
+                str(run["gpus"]),
+                run["precision"],
+                f"{run['images_per_s']:,.1f}",
+                _fmt(run.get("step_ms"), ".1f"),
+                _fmt(run.get("first_step_s"), ".1f"),
+                _fmt(run.get("accuracy"), ".3f"),
+                _xla(run),
+                _fmt(speedup, ".2f"),
+                _fmt(run.get("efficiency"), ".2f"),
+            ]
+            out.append(row)
+    return head, out
+
+
+def lines(reports: Sequence[Report]) -> list[str]:
+    if not reports:
+        return ["no report"]
+    out = []
+    hardware = [describe_hardware(r) for r in reports]
+    several = len({label(r) for r in reports}) > 1
+    if len(set(hardware)) == 1:
+        out.append(hardware[0])
+    else:
+        out += [f"{label(r)}: {h}" for r, h in zip(reports, hardware, strict=True)]
+    software = dict.fromkeys(f"{label(r)}: {describe_software(r)}" for r in reports)
+    out += list(software) if several else [describe_software(reports[0])]
+    varying = {k for k, _ in differing(reports)}
+    common = [
+        f"{t} {_setting(reports[0], k)}"
+        for k, t in SETTINGS
+        if k not in varying and _setting(reports[0], k) != "-"
+    ]
+    out.append("settings: " + ", ".join(common))
+    tasks = dict.fromkeys(str((r.get("task") or {}).get("description")) for r in reports)
+    chance = (reports[0].get("task") or {}).get("chance")
+    for text in tasks:
+        out.append(f"task: {text}" + (f" (chance {chance:.2f})" if chance else ""))
+    head, body = rows(reports)
+    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
+    for row in [head, *body]:
+        cells = [
+            c.rjust(w) if h in RIGHT else c.ljust(w)
+            for h, c, w in zip(head, row, widths, strict=True)
+        ]
+        out.append("  " + "  ".join(cells).rstrip())
+    for r in reports:
+        who = f"{label(r)} " if several else ""
+        for f in r.get("skipped") or []:
+            out.append(f"  {who}{f['gpus']} x {f['precision']}: skipped: {f['reason']}")
+        for f in r.get("failed") or []:
+            out.append(f"  {who}{f['gpus']} x {f['precision']}: failed: {f['error']}")
+    for i, r in enumerate(reports, start=1):
+        if r.get("matmul"):
+            who = f" ({label(r)})" if several else f" (report {i})" if len(reports) > 1 else ""
+            mm = ", ".join(f"{m['precision']} {m['tflops']:g}" for m in r["matmul"])
+            out.append(f"matmul TFLOP/s{who}: {mm}")
+    base = _base(reports)
+    if base and several:
+        out.append(f"speed-up is relative to {base[0]}")
+    for r in reports:
+        out += [f"note: {m}" for m in r.get("messages") or []]
+    return out
+
+
+def markdown(reports: Sequence[Report]) -> list[str]:
+    """The findings table: the rows of `lines` with TensorFlow/Keras and the command of each."""
+    head, body = rows(reports)
+    full = ["TensorFlow / Keras", *head, "command"]
+    out = ["| " + " | ".join(full) + " |", "|" + "---|" * len(full)]
+    i = 0
+    for r in reports:
+        sw = r.get("software") or {}
+        tfk = f"{sw.get('tensorflow') or r.get('tensorflow')} / {sw.get('keras') or '?'}"
+        command = f"`{r['command']}`" if r.get("command") else "-"
+        for _ in r.get("runs") or []:
+            out.append("| " + " | ".join([tfk, *body[i], command]) + " |")
+            i += 1
+    hardware = dict.fromkeys(describe_hardware(r) for r in reports)
+    out += ["", *(f"{h}." for h in hardware)]
+    return out
+
+
+def plot(reports: Sequence[Report], path: Path) -> None:
+    """Speed-up against GPU count: a line per environment and precision, one baseline for all."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base = _base(reports)
+    runs = [run for r in reports for run in r.get("runs") or []]
+    if base is None or not runs:
+        raise ValueError("no configuration ran: nothing to plot")
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    counts = sorted({run["gpus"] for run in runs})
+    ax.plot(counts, counts, "k--", linewidth=1, label="ideal")
+    several = len({label(r) for r in reports}) > 1
+    varying = differing(reports)
+    for r in reports:
+        name = " ".join(
+            ([label(r)] if several else []) + [f"{t} {_setting(r, k)}" for k, t in varying]
+        )
+        for prec in dict.fromkeys(run["precision"] for run in r.get("runs") or []):
+            mine = sorted(
+                (run for run in r["runs"] if run["precision"] == prec), key=lambda x: x["gpus"]
+            )
+            ax.plot(
+                [x["gpus"] for x in mine],
+                [x["images_per_s"] / base[1] for x in mine],
+                "o-",
+                label=f"{name} {prec}".strip(),
+            )
+    s = reports[0].get("settings") or {}
+    hw = describe_hardware(reports[0]).removeprefix("hardware: ").split(", driver")[0]
+    ax.set_title(
+        f"{s.get('model')} {s.get('image_size')} px, batch {s.get('batch_per_replica')}/replica"
+        f"\n{hw}",
+        fontsize=8,
+    )
+    ax.set_xlabel("devices" if s.get("cpu_devices") else "GPUs")
+    ax.set_ylabel(f"speed-up over {base[0]}", fontsize=8)
+    ax.set_xticks(counts)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)

@@ -1,0 +1,135 @@
+"""The benchmark's report: its schema, the choices of its settings, and reading a report of any
+schema version. The host imports this module, and no other module of the benchmark, to check
+options before TensorFlow loads and to read, compare and show reports.
+
+Schema 2 (one environment): {"schema": 2, "tool": "provision-bench",
+  "tensorflow": "2.21.0", "devices": ["/device:GPU:0", ...],
+  "device_details": [{"device", "name", "compute_capability"}],
+  "software": {"python", "tensorflow", "keras", "keras_module", "numpy",
+               "build": {"cuda", "cudnn", "compute_capabilities"},
+               "loaded": {"cudart": {"version", "path"} | null, "cudnn": ... | null}},
+  "settings": {every option, "jit": "auto" | "on" | "off", ...},
+  "task": {"kind": "synthetic" | "dataset", "description", "classes", "chance",
+           "train_images", "test_images"},
+  "matmul": [{"precision", "n", "tflops"}],
+  "runs": [{"gpus", "precision", "global_batch", "images_per_s", "step_ms", "epoch_s",
+            "accuracy", "speedup", "efficiency", "first_step_s", "seconds", "estimate_s",
+            "executions", "timed_steps", "xla", "optimizer_xla", "compute_dtype",
+            "input_shape", "strategy", "replicas", "pipeline", "custom_traces"}],
+  "failed": [{"gpus", "precision", "error"}], "skipped": [{"gpus", "precision", "reason"}],
+  "messages": [...]}
+and, added by the host: "hardware" (what `provision bench` read from NVML / nvidia-smi: GPUs,
+driver, the CUDA version it supports, the interconnect, the CPU), "environment" ({"name",
+"python"}) and "command" (the `provision bench` command line that made it).
+Several environments compared in one run: {"schema": 2, "tool": "provision-bench-set",
+"reports": [report, ...], "errors": [{"environment", "error"}]}.
+
+Schema 1 reports (no hardware, software, task or the newer settings) still read: `upgrade` fills
+in the settings their runs had and leaves what they did not record as null.
+"""
+
+import copy
+from typing import Any, Dict, List
+
+SCHEMA = 2
+TOOL = "provision-bench"
+SET_TOOL = "provision-bench-set"
+EVENT = "provision-bench-event "  # a progress line on stderr: this prefix, then one JSON object
+
+PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
+MODELS = ("resnet50", "small_cnn", "mlp")
+JIT = ("auto", "on", "off")  # auto: Keras's own default (Keras 3 "auto", Keras 2 no XLA)
+LOOPS = ("fit", "custom")  # Keras model.fit, or a tf.function training loop of our own
+DATA = ("tf.data", "synthetic-tensor")  # a shuffled, batched, prefetched pipeline, or one batch
+DATA_FORMATS = ("channels_last", "channels_first")
+STRATEGIES = ("mirrored", "default")  # MirroredStrategy, or TensorFlow's default (one device)
+# The options' defaults, here once: the payload's command line and `provision bench` use them.
+DEFAULTS: Dict[str, Any] = {
+    "gpus": "1",
+    "precision": ",".join(PRECISIONS),
+    "model": "resnet50",
+    "image_size": 32,
+    "width": 4096,
+    "classes": 10,
+    "batch_per_replica": 128,
+    "global_batch": None,
+    "steps": 30,
+    "warmup": 5,
+    "epoch_images": 50_000,
+    "train_epochs": 1,
+    "dataset": None,
+    "jit": "auto",
+    "steps_per_execution": 1,
+    "data_format": "channels_last",
+    "data": "tf.data",
+    "loop": "fit",
+    "strategy": "mirrored",
+    "max_seconds": 0,
+    "matmul_n": None,
+    "cpu_devices": 0,
+    "seed": 1234,
+}
+# Settings schema 1 did not record, at the values its runs had (it always compiled with
+# jit_compile=bool(--jit): False was an explicit "off", not Keras's default).
+SCHEMA1_SETTINGS: Dict[str, Any] = {
+    "steps_per_execution": 1,
+    "data_format": "channels_last",
+    "data": "tf.data",
+    "loop": "fit",
+    "strategy": "mirrored",
+    "max_seconds": 0,
+}
+RUN_FIELDS = (
+    "first_step_s",
+    "seconds",
+    "estimate_s",
+    "executions",
+    "timed_steps",
+    "xla",
+    "optimizer_xla",
+    "compute_dtype",
+    "input_shape",
+    "strategy",
+    "replicas",
+    "pipeline",
+    "custom_traces",
+)
+
+
+class ReportError(ValueError):
+    """Not a benchmark report (the message says what it is instead)."""
+
+
+def upgrade(report: Dict[str, Any]) -> Dict[str, Any]:
+    """A copy of one environment's report in the current schema's shape."""
+    if not isinstance(report, dict) or report.get("tool") != TOOL:
+        raise ReportError('not a provision-bench report (no "tool": "provision-bench")')
+    schema = report.get("schema")
+    if schema not in (1, SCHEMA):
+        raise ReportError(f"report schema {schema!r}: this provision reads 1 and {SCHEMA}")
+    out = copy.deepcopy(report)
+    if schema == 1:
+        settings = out.setdefault("settings", {})
+        for key, value in SCHEMA1_SETTINGS.items():
+            settings.setdefault(key, value)
+        settings["jit"] = "on" if settings.get("jit") is True else "off"
+        out["software"] = {"tensorflow": out.get("tensorflow")}
+        out["task"] = {"kind": "synthetic", "description": "not recorded (schema 1)"}
+    for key in ("hardware", "environment", "command"):
+        out.setdefault(key, None)
+    for key in ("failed", "skipped", "messages", "matmul", "device_details"):
+        out.setdefault(key, [])
+    for run in out.get("runs", []):
+        if schema == 1:  # it compiled with jit_compile=bool(--jit): XLA exactly when asked
+            run.setdefault("xla", out["settings"]["jit"] == "on")
+        for key in RUN_FIELDS:
+            run.setdefault(key, None)
+    out["schema"] = SCHEMA
+    return out
+
+
+def read(document: Any) -> List[Dict[str, Any]]:
+    """The reports in a report or a set of reports, each upgraded; ReportError otherwise."""
+    if isinstance(document, dict) and document.get("tool") == SET_TOOL:
+        return [upgrade(r) for r in document.get("reports", [])]
+    return [upgrade(document)]
