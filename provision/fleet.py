@@ -10,7 +10,12 @@ the reports the role wrote back to this machine and summarises them (fleet_repor
 
 Hosts need Python but not provision: the role copies a wheel of the running provision
 (selfwheel) and installs it into a venv of its own on each host; its dependencies and the
-environment's packages come from the host's own package index configuration.
+environment's packages come from the host's own package index configuration. With --bundle, hosts
+need no index at all: the role copies the offline bundle (provision bundle NAME; skipped where the
+host holds the same bytes), installs provision from it alone (the bundle's bootstrap, stopped
+before the environment so that the doctor still judges the host first), then builds the
+environment with `provision install --from-bundle`. The bundle is checked here first: whole, and
+of this environment's committed lock.
 """
 
 from __future__ import annotations
@@ -94,6 +99,9 @@ def playbook_text(env: EnvDir) -> str:
 #   ANSIBLE_ROLES_PATH="$(provision fleet --roles-path)" ansible-playbook -i INVENTORY \\
 #     envs/{env.name}/ansible/playbook.yml -e provision_env_wheel=DIR/WHEEL \\
 #     -e provision_env_report_dir=REPORTS
+# Hosts with no network: instead of the wheel, an offline bundle (provision bundle {env.name};
+# its parts, if split, all of them in order):
+#     -e '{{"provision_env_bundle": ["/path/to/{env.name}.bundle.tar"]}}'
 - name: Roll out {env.name}
   hosts: all
   gather_facts: false
@@ -186,7 +194,40 @@ def close_connections(control: Path) -> None:
     shutil.rmtree(control, ignore_errors=True)
 
 
-def _check_ready(env: EnvDir, options: Options) -> None:
+def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
+    """The files of the offline bundle at `path` (one tar, or every part in order, from any part),
+    once every part is there and its manifest says it holds this environment's committed lock."""
+    import tarfile
+
+    from provision import install
+    from provision.bundle_format import CHUNK, MANIFEST, BundleError, Manifest, member_name
+    from provision.bundle_io import Reader, open_source
+
+    source = open_source(path)  # every part present, of one bundle, of its size
+    reader = Reader(source)
+    try:
+        with tarfile.open(fileobj=reader, mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
+            info = tar.next()
+            fh = tar.extractfile(info) if info and member_name(info) == MANIFEST else None
+            if fh is None:
+                raise BundleError(f"{source.shown} is not a provision bundle (no manifest first)")
+            manifest = Manifest.loads(fh.read(), source.shown)
+    except (tarfile.TarError, EOFError) as exc:
+        raise BundleError(f"{source.shown} is damaged ({exc}): copy or bundle it again") from exc
+    finally:
+        reader.close()
+    if manifest.name != env.name:
+        raise FleetError(f"{source.shown} is a bundle of {manifest.name}, not of {env.name}")
+    if manifest.lock_sha256 != install.sha256_file(env.lock):
+        raise FleetError(
+            f"{source.shown} holds another {manifest.lock} than {env.name}'s committed one: "
+            f"bundle it again (provision bundle {env.name})"
+        )
+    return tuple(f.absolute() for f in source.files)
+
+
+def _check_ready(env: EnvDir, options: Options) -> tuple[Path, ...]:
+    """Refuse what cannot be rolled out, before Ansible starts; the bundle's files, if any."""
     from provision import lock
     from provision.errors import StaleError
 
@@ -197,13 +238,9 @@ def _check_ready(env: EnvDir, options: Options) -> None:
         lock.check_lock(env.root.parent, env.name)
     except StaleError as exc:
         raise FleetError(f"refusing to roll out {env.name}: {exc}") from exc
-    if options.bundle is not None:
-        raise UsageError(
-            "--bundle is not available yet: fleet does not carry offline bundles (issue 12) to "
-            "hosts; without it, each host installs from its own package index"
-        )
     if not options.inventory.is_file():
         raise UsageError(f"no inventory at {options.inventory}")
+    return bundle_files(env, options.bundle) if options.bundle is not None else ()
 
 
 def default_report_dir(env: EnvDir) -> Path:
@@ -212,7 +249,7 @@ def default_report_dir(env: EnvDir) -> Path:
 
 def run(env: EnvDir, options: Options) -> fleet_report.FleetResult:
     """Generate, run, collect. The run's progress goes to this process's stdout as it happens."""
-    _check_ready(env, options)
+    bundle = _check_ready(env, options)
     program = ansible_playbook()
     write_generated(env)
     out = (options.report_dir or default_report_dir(env)).absolute()
@@ -221,12 +258,17 @@ def run(env: EnvDir, options: Options) -> fleet_report.FleetResult:
     (out / ".ansible").mkdir(parents=True, exist_ok=True)
     events = out / EVENTS
     events.write_text("", encoding="utf-8")
-    wheel = selfwheel.build(out / ".wheel")
+    # From the bundle alone, or provision's own wheel with the rest from each host's index.
+    source: dict[str, object] = (
+        {"provision_env_bundle": [str(f) for f in bundle]}
+        if bundle
+        else {"provision_env_wheel": str(selfwheel.build(out / ".wheel"))}
+    )
     extra = out / ".ansible" / "run-vars.json"
     extra.write_text(
         json.dumps(
             {
-                "provision_env_wheel": str(wheel),
+                **source,
                 "provision_env_report_dir": str(hosts_dir),
                 "provision_env_src": str(env.root.absolute()),
             },
@@ -254,7 +296,8 @@ def run(env: EnvDir, options: Options) -> fleet_report.FleetResult:
             f"its message is above: check the inventory {options.inventory}"
         )
     result = fleet_report.collect(
-        env, events, hosts_dir, check=options.check, seconds=seconds, ansible_rc=done.returncode
-    )
+        env, events, hosts_dir, check=options.check, seconds=seconds, ansible_rc=done.returncode,
+        bundle=bundle[0].name if bundle else "",
+    )  # fmt: skip
     fleet_report.write(result, out)
     return result

@@ -67,6 +67,7 @@ class FleetResult:
     seconds: float
     ansible_rc: int
     hosts: tuple[HostResult, ...]
+    bundle: str = ""  # the offline bundle the hosts installed from (its file name), or ""
     files: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -85,6 +86,7 @@ class FleetResult:
                             "path": self.path},
             "provision": __version__,
             "check": self.check,
+            "bundle": self.bundle or None,
             "ok": self.ok,
             "seconds": round(self.seconds, 1),
             "ansible_rc": self.ansible_rc,
@@ -159,6 +161,7 @@ def _judge(host: str, events: list[dict[str, Any]], reports: Path, check: bool) 
     stats = next((e for e in mine if e.get("event") == "stats"), {})
     verdict = next((e for e in mine if e.get("event") == "verdict"), None)
     dry = next((e for e in mine if e.get("event") == "check"), None)
+    copies = any(e.get("event") == "bundle" for e in mine)
     times = [float(e["t"]) for e in mine if "t" in e]
     doctor = _read_json(reports / host / "doctor.json").get("report") or {}
     verify = _read_json(reports / host / "verify.json")
@@ -179,8 +182,10 @@ def _judge(host: str, events: list[dict[str, Any]], reports: Path, check: bool) 
     elif check and dry is not None:
         would = Status.WOULD_BUILD if dry.get("result") == "would build" else Status.UP_TO_DATE
         status, detail = would, str(verdict.get("status") if verdict else "")
+        detail = f"{detail}; would copy the bundle first" if copies else detail
     elif check and stats:
         status, detail = Status.WOULD_SET_UP, "provision is not on the host yet"
+        detail += "; would copy the bundle, then install provision from it" if copies else ""
     elif verify.get("rc") == 0:
         status, detail = Status.READY, _verify_detail(verify)
     else:
@@ -198,8 +203,9 @@ def _judge(host: str, events: list[dict[str, Any]], reports: Path, check: bool) 
 
 
 def collect(
-    env: EnvDir, events_file: Path, reports: Path, *, check: bool, seconds: float, ansible_rc: int
-) -> FleetResult:
+    env: EnvDir, events_file: Path, reports: Path, *, check: bool, seconds: float, ansible_rc: int,
+    bundle: str = "",
+) -> FleetResult:  # fmt: skip
     events = _events(events_file)
     hosts = sorted({e["host"] for e in events})
     return FleetResult(
@@ -211,6 +217,7 @@ def collect(
         seconds=seconds,
         ansible_rc=ansible_rc,
         hosts=tuple(_judge(h, events, reports, check) for h in hosts),
+        bundle=bundle,
     )
 
 
@@ -271,13 +278,14 @@ def page(r: FleetResult) -> str:
     counts = "".join(f"<span>{e(s)}: <b>{n}</b></span>" for s, n in sorted(r.counts().items()))
     head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
     mode = " (dry run: nothing was changed)" if r.check else ""
+    source = f", from the offline bundle {e(r.bundle)}" if r.bundle else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>provision fleet: {e(r.name)}</title>
 <style>{_CSS}</style></head>
 <body>
 <h1>provision fleet: {e(r.name)}{e(mode)}</h1>
-<p class="sub">TensorFlow {e(r.release)} on the {e(r.path)} path, {len(r.hosts)} host(s),
+<p class="sub">TensorFlow {e(r.release)} on the {e(r.path)} path{source}, {len(r.hosts)} host(s),
 {r.seconds:.1f} s in all</p>
 <p class="counts">{counts}</p>
 <table><thead><tr>{head}</tr></thead>

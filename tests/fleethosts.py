@@ -2,10 +2,12 @@
 
 Each host is `ip netns` namespace joined to this machine by a veth pair on loopback-only
 addressing: the host is 127.200.N.2, this machine 127.200.0.1 on every pair (route_localnet lets
-127/8 cross the pair; more specific routes in each side's local table send it there). Nothing
-else is routed, so traffic stays on loopback and the test namespaces. Each host's sshd (Debian's
-openssh-server, `sshd -D` with a config, host key and authorized key in tmp) gives its sessions
-the host's own HOME, a stand-in GPU (tests/fakehost.py: a root read by the doctor through
+127/8 cross the pair; more specific routes in each side's local table send it there). The test's
+package index listens on 127.200.254.1, routed the same way to every host but an offline one,
+whose table says that address is unreachable: such a host answers SSH and reaches nothing else.
+Nothing else is routed, so traffic stays on loopback and the test namespaces. Each host's sshd
+(Debian's openssh-server, `sshd -D` with a config, host key and authorized key in tmp) gives its
+sessions the host's own HOME, a stand-in GPU (tests/fakehost.py: a root read by the doctor through
 PROVISION_HOST_ROOT, its nvidia-smi on PATH) and the host's pip configuration. Hosts share this
 machine's filesystem and its Python, as the machines of one lab share an image.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.server
+import itertools
 import os
 import re
 import shutil
@@ -35,6 +38,8 @@ import fakehost
 
 PREFIX = "pvfleet"
 CONTROL = "127.200.0.1"
+INDEX = "127.200.254.1"  # where the test's package index listens; no host is numbered 254
+_NUMBERS = itertools.count(1)  # host numbers, unique in this process (two labs may overlap)
 
 
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -76,6 +81,16 @@ def _kill_all(ns: str) -> None:
             os.kill(int(pid), signal.SIGKILL)
 
 
+def a6000(base: Path, cache: Path, python: str) -> fakehost.FakeHost:
+    """An RTX A6000 on driver 555, as the doctor sees it: it lets the host run the release."""
+    h = fakehost.FakeHost(base, cache)
+    h.kernel_module("555.42.06")
+    h.driver_libs("555.42.06")
+    h.nvidia_smi(captures=fakehost.HOSTS / "a6000-555")
+    h.python(python)
+    return h
+
+
 @dataclass
 class Host:
     name: str
@@ -83,6 +98,7 @@ class Host:
     dir: Path
     fake: fakehost.FakeHost
     index_url: str
+    online: bool = True  # False: no route to the index, only SSH from this machine
     ns: str = ""
     sshd: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -115,12 +131,17 @@ class Lab:
     # -- hosts --
 
     def add(
-        self, name: str, gpu: Callable[[Path, Path], fakehost.FakeHost], index_url: str
+        self,
+        name: str,
+        gpu: Callable[[Path, Path], fakehost.FakeHost],
+        index_url: str,
+        *,
+        online: bool = True,
     ) -> Host:
-        number = len(self.hosts) + 1
+        number = next(_NUMBERS)
         folder = self.base / "hosts" / name
         fake = gpu(folder / "gpu", self.lib_cache)
-        host = Host(name, number, folder, fake, index_url)
+        host = Host(name, number, folder, fake, index_url, online)
         host.home.mkdir(parents=True)
         self.hosts[name] = host
         self._network(host)
@@ -149,6 +170,11 @@ class Lab:
              "table", "local")  # fmt: skip
         _run(*ns, "ip", "route", "add", f"{CONTROL}/32", "dev", inner, "src", host.address,
              "table", "local")  # fmt: skip
+        if host.online:
+            _run(*ns, "ip", "route", "add", f"{INDEX}/32", "dev", inner, "src", host.address,
+                 "table", "local")  # fmt: skip
+        else:  # without this, the namespace's own loopback would answer for all of 127/8
+            _run(*ns, "ip", "route", "add", "unreachable", f"{INDEX}/32", "table", "local")
 
     def _sshd_config(self, host: Host) -> None:
         key = host.dir / "ssh_host_ed25519_key"
@@ -213,12 +239,18 @@ class Lab:
         )  # fmt: skip
 
     def inventory(
-        self, path: Path | None = None, extra: dict[str, dict[str, str]] | None = None
+        self,
+        path: Path | None = None,
+        extra: dict[str, dict[str, str]] | None = None,
+        only: tuple[str, ...] = (),
     ) -> Path:
-        """A YAML inventory of every host; the user key and known_hosts come from here only."""
+        """A YAML inventory of every host (or `only` these); the user key and known_hosts come
+        from here only."""
         path = path or self.base / "inventory.yml"
         lines = ["all:", "  hosts:"]
         for host in self.hosts.values():
+            if only and host.name not in only:
+                continue
             lines.append(f"    {host.name}:")
             lines.append(f"      ansible_host: {host.address}")
             for k, v in (extra or {}).get(host.name, {}).items():
@@ -254,7 +286,11 @@ class Lab:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def _norm(name: str) -> str:
@@ -274,6 +310,15 @@ class Index:
     broken_name: str = "provision_tiny"
     requested: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
+    hashes: dict[tuple[str, int, int], str] = field(default_factory=dict)
+
+    def sha256(self, wheel: Path) -> str:
+        """Once per file (TensorFlow's wheels are hundreds of MB), while it stays the same."""
+        st = wheel.stat()
+        key = (wheel.name, st.st_size, st.st_mtime_ns)
+        if key not in self.hashes:
+            self.hashes[key] = _sha256(wheel)
+        return self.hashes[key]
 
     @property
     def broken_url(self) -> str:
@@ -286,7 +331,8 @@ class Index:
         if not wheels:
             return None
         links = "".join(
-            f'<a href="{prefix}/files/{w.name}#sha256={_sha256(w)}">{w.name}</a>\n' for w in wheels
+            f'<a href="{prefix}/files/{w.name}#sha256={self.sha256(w)}">{w.name}</a>\n'
+            for w in wheels
         )
         return f"<html><body>\n{links}</body></html>\n".encode()
 
@@ -313,7 +359,13 @@ def _handler(index: Index) -> type[http.server.BaseHTTPRequestHandler]:
             if index.stall_name and wheel.name.startswith(index.stall_name):
                 index.requested.set()
                 index.release.wait(300)
-            return self._send(200, wheel.read_bytes(), "application/zip")
+            self.send_response(200)
+            self.send_header("Content-Type", "application/zip")
+            self.send_header("Content-Length", str(wheel.stat().st_size))
+            self.end_headers()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError), wheel.open("rb") as f:
+                shutil.copyfileobj(f, self.wfile, 1 << 20)
+            return None
 
         def _send(self, code: int, body: bytes, kind: str = "text/plain") -> None:
             self.send_response(code)
@@ -328,10 +380,16 @@ def _handler(index: Index) -> type[http.server.BaseHTTPRequestHandler]:
 
 @contextlib.contextmanager
 def serve(root: Path) -> Iterator[Index]:
-    index = Index(root)
-    server = http.server.ThreadingHTTPServer((CONTROL, 0), _handler(index))
+    with serving(Index(root)) as index:
+        yield index
+
+
+@contextlib.contextmanager
+def serving(index: Index) -> Iterator[Index]:
+    """`index` served at 127.200.254.1 on a port of its own, until the block ends."""
+    server = http.server.ThreadingHTTPServer((INDEX, 0), _handler(index))
     server.daemon_threads = True
-    index.url = f"http://{CONTROL}:{server.server_address[1]}/simple"
+    index.url = f"http://{INDEX}:{server.server_address[1]}/simple"
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield index

@@ -6,7 +6,9 @@ release), a V100 on driver 440 (refused: too old for the release's CUDA), and an
 580 whose package mirror fails the environment's wheel (its install fails). The environment is a
 pip environment locked to a small real wheel served by the test (tinyindex), not TensorFlow:
 doctor, install, GPU policy and verify really run on each host, and verify fails there for want of
-TensorFlow, naming it.
+TensorFlow, naming it. A fourth host, with no route to the index, gets the same environment from
+an offline bundle (fleet --bundle). A host that ends "ready" needs real TensorFlow: that is the
+slow tests/test_fleet_tf.py.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from typing import Any
 import fakehost
 import fleethosts
 import pytest
+from bundletools import provision_wheelhouse
 from tinyindex import TINY, Env, build_wheel, pip_release, run_cli
+
+from provision import bundle_fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 REASON = fleethosts.unavailable()
@@ -35,15 +40,6 @@ if REASON is None and shutil.which("ansible-playbook") is None:
     REASON = None if beside.exists() else "ansible-core is not installed (pip install -e '.[test]')"
 # The fixture downloads provision's dependencies once (hosts install them from the test's index).
 pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytest.mark.index]
-
-
-def a6000(base: Path, cache: Path, python: str) -> fakehost.FakeHost:
-    h = fakehost.FakeHost(base, cache)
-    h.kernel_module("555.42.06")
-    h.driver_libs("555.42.06")
-    h.nvidia_smi(captures=fakehost.HOSTS / "a6000-555")
-    h.python(python)
-    return h
 
 
 def v100_driver440(base: Path, cache: Path, python: str) -> fakehost.FakeHost:
@@ -67,7 +63,8 @@ class Fleet:
     index: fleethosts.Index
     out: Path  # the envs/ folder
     work: Path
-    inventory: Path
+    inventory: Path  # the three hosts with an index
+    offline_inventory: Path  # the host without one
     python: str
     source: Path  # a copy of provision taken once: the wheel the hosts get stays the same
 
@@ -78,23 +75,25 @@ class Fleet:
         env["PYTHONPATH"] = str(self.source)
         return env
 
-    def argv(self, name: str, *args: str, inventory: Path | None = None) -> list[str]:
+    def argv(
+        self, name: str, *args: str, inventory: Path | None = None, reports: str = ""
+    ) -> list[str]:
         return [sys.executable, "-m", "provision", "fleet", name, "--out", str(self.out),
                 "--inventory", str(inventory or self.inventory),
-                "--report-dir", str(self.work / name), *args]  # fmt: skip
+                "--report-dir", str(self.work / (reports or name)), *args]  # fmt: skip
 
     def report(self, name: str) -> dict[str, Any]:
         path = self.work / name / "fleet.json"
         return json.loads(path.read_text()) if path.exists() else {}
 
     def run(
-        self, name: str, *args: str, inventory: Path | None = None
+        self, name: str, *args: str, inventory: Path | None = None, reports: str = ""
     ) -> tuple[int, str, dict[str, Any]]:
         done = subprocess.run(
-            self.argv(name, *args, inventory=inventory), capture_output=True, text=True,
-            timeout=600, env=self.env(), cwd=self.work, check=False,
+            self.argv(name, *args, inventory=inventory, reports=reports), capture_output=True,
+            text=True, timeout=600, env=self.env(), cwd=self.work, check=False,
         )  # fmt: skip
-        return done.returncode, done.stdout + done.stderr, self.report(name)
+        return done.returncode, done.stdout + done.stderr, self.report(reports or name)
 
     def seal(self, name: str, version: str) -> None:
         """Render `name` (pip, with a GPU policy) and lock it to provision-tiny==version."""
@@ -135,10 +134,17 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     shutil.copytree(ROOT / "provision", source / "provision", ignore=skip)
     shutil.copytree(ROOT / "templates", source / "templates", ignore=skip)
     with fleethosts.lab(work / "lab", libs) as lab, fleethosts.serve(served) as index:
-        lab.add("gpu-a6000", lambda b, c: a6000(b, c, python), index.url)
+
+        def a6000(b: Path, c: Path) -> fakehost.FakeHost:
+            return fleethosts.a6000(b, c, python)
+
+        lab.add("gpu-a6000", a6000, index.url)
         lab.add("gpu-v100-old", lambda b, c: v100_driver440(b, c, python), index.url)
         lab.add("gpu-h200-noindex", lambda b, c: h200(b, c, python), index.broken_url)
-        f = Fleet(lab, index, work / "envs", work, lab.inventory(), python, source)
+        lab.add(OFFLINE, a6000, index.url, online=False)  # no route to the index
+        inventory = lab.inventory(only=tuple(MIXED))
+        offline = lab.inventory(work / "inventory-offline.yml", only=(OFFLINE,))
+        f = Fleet(lab, index, work / "envs", work, inventory, offline, python, source)
         f.seal("tiny", "1.0")
         yield f
 
@@ -164,6 +170,7 @@ MIXED = {
     "gpu-v100-old": "refused",
     "gpu-h200-noindex": "install failed",
 }
+OFFLINE = "gpu-a6000-offline"
 
 
 def test_rollout_has_mixed_outcomes_and_one_host_never_stops_the_others(
@@ -302,3 +309,156 @@ def test_a_host_killed_mid_install_is_completed_by_the_rerun(fleet: Fleet) -> No
     site = prefix / f"lib/python{fleet.python}/site-packages"
     assert (site / "provision_tiny-2.0.dist-info").is_dir(), out
     assert json.loads(marker.read_text())["state"] == "complete"
+
+
+# -- an offline bundle, to a host with no route to the index -----------------------------------
+
+
+def bundle_of(fleet: Fleet, name: str, dest: Path, *extra: str) -> Path:
+    """`provision bundle NAME` of the sealed environment, from a warm cache: the locked wheel as
+    the index serves it, provision's own wheels as the bundle tests fetch them (once, cached)."""
+    wheels = fleet.work / "provision-wheels"
+    if not wheels.is_dir():
+        provision_wheelhouse(wheels)
+    cache = bundle_fetch.Cache(fleet.work / "bundle-cache")
+    for wheel in fleet.index.root.glob(f"{TINY.replace('-', '_')}-*.whl"):
+        copy = fleet.work / wheel.name
+        shutil.copyfile(wheel, copy)
+        bundle_fetch.store(copy, cache.folder("wheels"))
+    code, out = run_cli(
+        "bundle", name, "--out", str(fleet.out), "-o", str(dest), "--cache-dir", str(cache.root),
+        "--provision-wheels", str(wheels), *extra,
+    )  # fmt: skip
+    assert code == 0, out
+    return dest
+
+
+@pytest.fixture(scope="module")
+def bundled(fleet: Fleet) -> Path:
+    return bundle_of(fleet, "tiny", fleet.work / "bundles" / "tiny.bundle.tar")
+
+
+@pytest.fixture(scope="module")
+def offline_dry(fleet: Fleet, bundled: Path) -> Run:
+    """--check on the offline host before anything of provision is there."""
+    t0 = time.monotonic()
+    code, out, data = fleet.run("tiny", "--bundle", str(bundled), "--check",
+                                inventory=fleet.offline_inventory, reports="dry")  # fmt: skip
+    return Run(code, out, data, time.monotonic() - t0)
+
+
+@pytest.fixture(scope="module")
+def offline_first(fleet: Fleet, bundled: Path, offline_dry: Run) -> Run:
+    t0 = time.monotonic()
+    code, out, data = fleet.run("tiny", "--bundle", str(bundled),
+                                inventory=fleet.offline_inventory, reports="offline")  # fmt: skip
+    return Run(code, out, data, time.monotonic() - t0)
+
+
+def remote_dir(fleet: Fleet, host: str) -> Path:
+    return fleet.lab.hosts[host].home / ".provision-fleet"
+
+
+def test_the_offline_host_reaches_no_index(fleet: Fleet) -> None:
+    """What makes the bundle the only way: the host answers SSH, and the index is not routed."""
+    probe = f"python3 -c \"import urllib.request as u; u.urlopen('{fleet.index.url}/', timeout=5)\""
+    offline = fleet.lab.ssh(fleet.lab.hosts[OFFLINE], probe)
+    assert offline.returncode != 0 and "No route to host" in offline.stderr, offline.stderr
+    online = fleet.lab.ssh(fleet.lab.hosts["gpu-a6000"], probe.replace("/'", f"/{TINY}/'"))
+    assert online.returncode == 0, online.stderr
+
+
+def test_check_on_a_host_without_provision_says_it_would_copy_the_bundle(
+    fleet: Fleet, offline_dry: Run
+) -> None:
+    assert offline_dry.code == 0, offline_dry.out
+    assert results(offline_dry.data) == {OFFLINE: "would set up"}, offline_dry.out
+    assert offline_dry.data["hosts"][0]["detail"] == (
+        "provision is not on the host yet; would copy the bundle, then install provision from it"
+    )
+    assert not list((remote_dir(fleet, OFFLINE) / "bundles").glob("*"))
+    assert not (remote_dir(fleet, OFFLINE) / "venv").exists()
+
+
+def test_a_bundle_installs_provision_then_doctor_then_the_environment(
+    fleet: Fleet, bundled: Path, offline_first: Run
+) -> None:
+    code, out, data = offline_first.code, offline_first.out, offline_first.data
+    assert results(data) == {OFFLINE: "verify failed"}, out
+    assert code == 1 and data["bundle"] == "tiny.bundle.tar"
+    host = data["hosts"][0]
+    steps = [(s["step"], s["status"]) for s in host["steps"]]
+    assert steps == [
+        ("setup", "changed"), ("doctor", "ok"), ("install", "changed"),
+        ("gpu policy", "ok"), ("verify", "FAILED"),
+    ], out  # fmt: skip
+    setup = host["steps"][0]["detail"]
+    assert "copy the bundle" in setup and "install provision from the bundle" in setup, setup
+    assert "No module named 'tensorflow'" in host["detail"]  # the environment is the bundle's
+    # The bundle lies on the host as it is here; provision came from it, the environment too.
+    held = remote_dir(fleet, OFFLINE) / "bundles" / bundled.name
+    assert held.read_bytes() == bundled.read_bytes()
+    site = fleet.prefix(OFFLINE, "tiny") / f"lib/python{fleet.python}/site-packages"
+    assert (site / "provision_tiny-1.0.dist-info").is_dir(), out
+    reports = fleet.work / "offline" / "hosts" / OFFLINE
+    install = json.loads((reports / "install.json").read_text())
+    assert install["report"]["install"]["skipped"] is False
+    assert install["report"]["verify"] is None  # verify is the role's own step, after the policy
+    runtime = (fleet.prefix(OFFLINE, "tiny") / "etc/provision/runtime.env").read_text()
+    assert "PROVISION_GPU_MEMORY='1024'" in runtime
+    print(f"\nfirst run from the bundle: {offline_first.seconds:.1f} s")
+
+
+def test_a_second_bundle_run_copies_nothing_and_changes_nothing(
+    fleet: Fleet, bundled: Path, offline_first: Run
+) -> None:
+    held = remote_dir(fleet, OFFLINE) / "bundles" / bundled.name
+    before = held.stat().st_mtime_ns
+    t0 = time.monotonic()
+    _, out, again = fleet.run("tiny", "--bundle", str(bundled),
+                              inventory=fleet.offline_inventory, reports="offline")  # fmt: skip
+    assert results(again) == {OFFLINE: "verify failed"}, out
+    assert again["hosts"][0]["changed"] == 0, out
+    assert held.stat().st_mtime_ns == before
+    print(f"\nsecond run from the bundle: {time.monotonic() - t0:.1f} s")
+
+
+def test_check_with_a_bundle_says_what_it_would_copy(
+    fleet: Fleet, bundled: Path, offline_first: Run
+) -> None:
+    _, out, same = fleet.run("tiny", "--bundle", str(bundled), "--check",
+                             inventory=fleet.offline_inventory, reports="check")  # fmt: skip
+    assert results(same) == {OFFLINE: "up to date"}, out
+    assert "copy" not in same["hosts"][0]["detail"]
+    # The same bundle in parts: other files, so the host does not hold them yet.
+    parts = bundle_of(fleet, "tiny", fleet.work / "parts" / "tiny.bundle.tar", "--split", "30M")
+    first = parts.with_name(parts.name + ".001")
+    _, out, dry = fleet.run("tiny", "--bundle", str(first), "--check",
+                            inventory=fleet.offline_inventory, reports="check")  # fmt: skip
+    assert results(dry) == {OFFLINE: "up to date"}, out
+    assert dry["hosts"][0]["detail"].endswith("would copy the bundle first"), out
+    assert not (remote_dir(fleet, OFFLINE) / "bundles" / first.name).exists()
+
+    # Copied for real: only the copy changes (the same provision, the same lock, already built).
+    _, out, moved = fleet.run("tiny", "--bundle", str(first),
+                              inventory=fleet.offline_inventory, reports="offline")  # fmt: skip
+    assert results(moved) == {OFFLINE: "verify failed"}, out
+    assert moved["hosts"][0]["changed"] == 1, out
+    for part in sorted(first.parent.glob("tiny.bundle.tar.0*")):
+        held = remote_dir(fleet, OFFLINE) / "bundles" / part.name
+        assert held.read_bytes() == part.read_bytes(), part.name
+
+
+def test_a_bundle_of_another_environment_or_lock_is_refused_before_ansible(
+    fleet: Fleet, bundled: Path
+) -> None:
+    fleet.seal("other", "3.0")
+    code, out, _ = fleet.run("other", "--bundle", str(bundled), inventory=fleet.offline_inventory,
+                             reports="refused")  # fmt: skip
+    assert code == 1 and "is a bundle of tiny, not of other" in out, out
+    stale = bundle_of(fleet, "other", fleet.work / "stale" / "other.bundle.tar")
+    fleet.seal("other", "3.1")  # the committed lock moves on; the bundle stays behind
+    code, out, _ = fleet.run("other", "--bundle", str(stale), inventory=fleet.offline_inventory,
+                             reports="refused")  # fmt: skip
+    assert code == 1 and "holds another requirements.lock than other's committed one" in out, out
+    assert not (fleet.work / "refused").exists()

@@ -156,7 +156,13 @@ def test_refusals_before_ansible_starts(tmp_path: Path) -> None:
         "fleet", "tf2.13-pip", "--out", str(ROOT / "envs"), "--inventory", str(inventory),
         "--bundle", str(tmp_path / "b.tar"),
     )  # fmt: skip
-    assert code == 2 and "--bundle is not available yet" in out
+    assert code == 1 and f"{tmp_path / 'b.tar'}: no such bundle" in out
+    (tmp_path / "b.tar").write_bytes(b"not a tar" * 100)
+    code, out = run_cli(
+        "fleet", "tf2.13-pip", "--out", str(ROOT / "envs"), "--inventory", str(inventory),
+        "--bundle", str(tmp_path / "b.tar"),
+    )  # fmt: skip
+    assert code == 1 and "is not a provision bundle" in out
     code, out = run_cli(
         "fleet", "tf2.13-conda", "--out", str(ROOT / "envs"), "--inventory", str(inventory)
     )

@@ -5,12 +5,15 @@ Get this script out of the bundle with tar, and run it with the host's python3:
     tar -xOf BUNDLE provision-bundle/bootstrap.py > bootstrap.py                      # one file
     tail -c +513 BUNDLE.001 | tar -xO --occurrence=1 provision-bundle/bootstrap.py > bootstrap.py
     python3 bootstrap.py BUNDLE|BUNDLE.001 [options of provision install, e.g. --prefix DIR]
+    python3 bootstrap.py BUNDLE|BUNDLE.001 --provision-only   # provision, not the environment
 
 It reads only the start of the bundle (the manifest and provision's wheels) and checks each of
 those members against the manifest, makes a venv at $PROVISION_HOME/venv (by default
-~/.local/share/provision/venv), installs provision there with pip and no index, then runs
-`VENV/bin/provision install --from-bundle BUNDLE ...`, which checks the whole bundle first.
-Standard library only; it runs with any Python 3.8 or newer and says what is missing.
+~/.local/share/provision/venv), installs provision there with pip and no index (once per wheel of
+provision: a second run with the same bundle installs nothing), then runs
+`VENV/bin/provision install --from-bundle BUNDLE ...`, which checks the whole bundle first. With
+--provision-only it stops before that, so that something can run first (provision fleet runs the
+doctor). Standard library only; it runs with any Python 3.8 or newer and says what is missing.
 """
 
 from __future__ import annotations
@@ -136,6 +139,14 @@ def installed_version(python: Path) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
+def own_wheel_sha256(manifest: dict[str, Any], version: str) -> str:
+    """The sha256 of provision's own wheel in the bundle: two builds of one version differ."""
+    for m in manifest["members"]:
+        if m["group"] == "provision" and Path(m["name"]).name.startswith(f"provision-{version}-"):
+            return str(m["sha256"])
+    return ""
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 1 or argv[0] in ("-h", "--help"):
         sys.stdout.write(__doc__ or "")
@@ -143,6 +154,8 @@ def main(argv: list[str]) -> int:
     bundle = Path(argv[0]).absolute()
     if not bundle.is_file():
         fail(f"{bundle}: no such file")
+    provision_only = "--provision-only" in argv[1:]
+    options = [a for a in argv[1:] if a != "--provision-only"]
     with tarfile.open(fileobj=open_stream(bundle), mode="r|") as tar:  # type: ignore[call-overload]
         manifest = read_manifest(tar, bundle)
         version, wanted = manifest["provision_version"], manifest["provision_python"]
@@ -151,7 +164,10 @@ def main(argv: list[str]) -> int:
             os.execv(python, [python, __file__, *argv])
         venv = home() / "venv"
         exe = venv / "bin" / "python"
-        if installed_version(exe) != version:
+        marker = venv / ".provision-bundle-wheel"
+        wheel_sha = own_wheel_sha256(manifest, version)
+        held = marker.read_text().strip() if marker.is_file() else ""
+        if installed_version(exe) != version or held != wheel_sha:
             with tempfile.TemporaryDirectory(prefix="provision-bootstrap-") as tmp:
                 extract_provision(tar, manifest, Path(tmp))
                 print(f"bootstrap: installing provision {version} into {venv}", flush=True)
@@ -166,9 +182,13 @@ def main(argv: list[str]) -> int:
                        f"provision=={version}"]  # fmt: skip
                 if subprocess.run(pip).returncode != 0:
                     fail(f"pip could not install provision {version} into {venv} (see above)")
+                marker.write_text(wheel_sha + "\n")
     provision = venv / "bin" / "provision"
+    if provision_only:
+        print(f"bootstrap: provision {version} is at {provision}", flush=True)
+        return 0
     print(f"bootstrap: provision {version} is at {provision}; running it", flush=True)
-    os.execv(str(provision), [str(provision), "install", "--from-bundle", str(bundle), *argv[1:]])
+    os.execv(str(provision), [str(provision), "install", "--from-bundle", str(bundle), *options])
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
     def __init__(self) -> None:
         super().__init__()
         self._t0 = time.monotonic()
+        self._task_t0 = self._t0  # when the task whose results arrive now started (all hosts)
         self._open: dict[str, tuple[str, float, bool]] = {}  # host -> (step, start, changed)
         self._changed: dict[str, list[str]] = {}  # host -> what the open step changed
         self._detail: dict[str, str] = {}
@@ -70,7 +71,9 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
              "detail": detail}
         )  # fmt: skip
 
-    def _close(self, host: str, status: str | None = None, detail: str = "") -> None:
+    def _close(
+        self, host: str, status: str | None = None, detail: str = "", end: float | None = None
+    ) -> None:
         if host not in self._open:
             return
         step, start, changed = self._open.pop(host)
@@ -79,7 +82,7 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
         detail = (
             detail or self._detail.pop(host, "") or (f"changed: {'; '.join(what)}" if what else "")
         )
-        self._line(host, step, status, time.monotonic() - start, detail)
+        self._line(host, step, status, (end or time.monotonic()) - start, detail)
 
     def _enter(self, host: str, task_name: str, changed: bool) -> None:
         step = _step(task_name)
@@ -89,11 +92,13 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
                 return
             step = current[0]
         if current is None or current[0] != step:
+            # A step ends where the task that opens the next one started: the time a command
+            # runs belongs to its own step, not to the one before it.
             if current is not None:
-                self._close(host)
+                self._close(host, end=self._task_t0)
             else:
                 self._emit({"host": host, "event": "start"})
-            current = (step, time.monotonic(), False)
+            current = (step, self._task_t0, False)
         self._open[host] = (current[0], current[1], current[2] or changed)
 
     # -- what a result says --
@@ -114,11 +119,16 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
             would = "would build" if res.get("changed") else "up to date"
             self._detail[host] = would
             self._emit({"host": host, "event": "check", "result": would})
+        if task_name.startswith("Setup | copy the bundle") and res.get("changed"):
+            self._emit({"host": host, "event": "bundle", "copied": not self._check})
         if task_name.startswith("Install | build") and res.get("rc") == 0:
             try:
-                skipped = json.loads(res.get("stdout") or "{}").get("skipped")
+                report = json.loads(res.get("stdout") or "{}")
             except ValueError:
-                skipped = None
+                report = {}
+            if isinstance(report, dict) and isinstance(report.get("install"), dict):
+                report = report["install"]  # install --from-bundle: the build is one part of it
+            skipped = report.get("skipped") if isinstance(report, dict) else None
             self._detail[host] = "already built from this lock" if skipped else "built"
 
     # -- Ansible's events --
@@ -126,6 +136,9 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
     def v2_playbook_on_play_start(self, play: Any) -> None:
         self._check = bool(getattr(play, "check_mode", False))
         self._emit({"event": "play", "name": play.get_name()})
+
+    def v2_playbook_on_task_start(self, task: Any, is_conditional: bool) -> None:
+        self._task_t0 = time.monotonic()
 
     def v2_runner_on_ok(self, result: Any) -> None:
         host, name = result._host.get_name(), result._task.get_name()
