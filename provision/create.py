@@ -13,15 +13,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from provision import environment, tools
+from provision import environment, registry, tools
 from provision import install as install_mod
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
+from provision.progress import Event, Report, nothing
 
 STEPS = ("render", "lock", "install", "verify")
 VERIFY_MARKER = ".provision-verify.json"
@@ -121,7 +123,10 @@ def create(
     channels: Sequence[str] = (),
     progress: Progress | None = None,
     jupyter: bool = False,
+    report: Report = nothing,
 ) -> CreateResult:
+    """progress: each step as it starts and ends; report: what goes on inside the steps (the
+    installers' downloads, install.sh's steps, the smoke test)."""
     from provision import matrix, spec
 
     if python and path != "conda":
@@ -132,12 +137,39 @@ def create(
     result = CreateResult(name=env_spec.name, path=env_spec.path, env_dir=Path(out) / env_spec.name)
     if channels and env_spec.path != "conda":
         raise UsageError("--channel applies to the conda path only")
-    actions: list[Callable[[], str]] = [
-        lambda: _render(out, tf, env_spec.path, python, name, gpu_memory, gpus, jupyter, force),
-        lambda: _lock(out, env_spec.name, solver, channels, force),
-        lambda: _install(out, env_spec.name, prefix, force, solver, result),
-        lambda: _verify(out, env_spec.name, result, force),
-    ]
+    # Everything that can be checked is checked before the first file is written.
+    if prefix is not None:
+        install_mod.check_prefix(Path(prefix).absolute())
+    else:
+        registry.usable_home()
+    made = [d for d in (Path(out), Path(out) / env_spec.name) if not d.exists()]
+    try:
+        _steps(result, out, env_spec.name, [
+            lambda: _render(out, tf, env_spec.path, python, name, gpu_memory, gpus, jupyter, force),
+            lambda: _lock(out, env_spec.name, solver, channels, force),
+            lambda: _install(out, env_spec.name, prefix, force, solver, result, report),
+            lambda: _verify(out, env_spec.name, result, force, report),
+        ], progress)  # fmt: skip
+    except BaseException:
+        _remove_made(made)
+        raise
+    built = any(s.name == "install" and s.status in ("ok", "skipped") for s in result.steps)
+    if not result.ok and not built:
+        _remove_made(made)  # a create that failed leaves no half-made environment directory
+    return result
+
+
+def _remove_made(made: list[Path]) -> None:
+    """Remove the folders this create made (the environment directory, envs/ when it made it)."""
+    for folder in reversed(made):
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _steps(
+    result: CreateResult, out: Path, name: str, actions: list[Callable[[], str]],
+    progress: Progress | None,
+) -> None:  # fmt: skip
     for index, (step_name, action) in enumerate(zip(STEPS, actions, strict=True), start=1):
         step = Step(step_name, index)
         result.steps.append(step)
@@ -151,7 +183,7 @@ def create(
             result.error, result.hint = f"{step_name} failed: {exc}", exc.hint
         except ProvisionError as exc:
             step.status, step.detail = "failed", str(exc)
-            hint = _HINTS[step_name].replace("NAME", _named(env_spec.name, out))
+            hint = _HINTS[step_name].replace("NAME", _named(name, out))
             result.error, result.hint = f"{step_name} failed: {exc}", hint
         else:
             step.status = "skipped" if detail.startswith(_SKIP) else "ok"
@@ -161,7 +193,6 @@ def create(
             progress(step)
         if step.status == "failed":
             break
-    return result
 
 
 _SKIP = "skip:"
@@ -197,7 +228,8 @@ def _render(
     )  # fmt: skip
     text = "; ".join(res.lines)
     if not res.ok:
-        raise _Failed(text, _HINTS["render"].replace("NAME", name or ""))
+        edited = "edited" in text or "--force" in text
+        raise _Failed(text, _HINTS["render"] if edited else "fix what the error names, then re-run")
     return (_SKIP + text) if all(line.startswith("unchanged") for line in res.lines) else text
 
 
@@ -216,10 +248,11 @@ def _lock(out: Path, name: str, solver: str, channels: Sequence[str], force: boo
 
 
 def _install(
-    out: Path, name: str, prefix: Path | None, force: bool, solver: str, result: CreateResult
-) -> str:
+    out: Path, name: str, prefix: Path | None, force: bool, solver: str, result: CreateResult,
+    report: Report = nothing,
+) -> str:  # fmt: skip
     env = environment.load(Path(out) / name)
-    res = install_mod.install(env, prefix, force=force, solver=solver)
+    res = install_mod.install(env, prefix, force=force, solver=solver, report=report)
     result.prefix, result.python = res.prefix, res.python
     if res.skipped:
         return f"{_SKIP}{res.prefix} already built from this lock"
@@ -236,7 +269,9 @@ def _verify_key(prefix: Path) -> str:
     return h.hexdigest()
 
 
-def _verify(out: Path, name: str, result: CreateResult, force: bool) -> str:
+def _verify(
+    out: Path, name: str, result: CreateResult, force: bool, report: Report = nothing
+) -> str:
     from provision import verify
 
     assert result.prefix is not None
@@ -256,9 +291,10 @@ def _verify(out: Path, name: str, result: CreateResult, force: bool) -> str:
             return (
                 f"{_SKIP}passed before for this build (cached; `provision verify {name}` re-runs)"
             )
+    report(Event("info", f"running the smoke test with {environment.interpreter(prefix)}"))
     outcome = verify.verify(env, prefix=prefix)
-    report = outcome.as_json()
-    result.report, result.cpu_only = report, outcome.cpu_only
+    smoke = outcome.as_json()
+    result.report, result.cpu_only = smoke, outcome.cpu_only
     if not outcome.ok:
         failed = [f"{o.name}: {o.reason}" for o in outcome.failures]
         raise _Failed(
@@ -267,7 +303,7 @@ def _verify(out: Path, name: str, result: CreateResult, force: bool) -> str:
         )
     if owned:
         tmp = cache.with_suffix(".tmp")
-        record = {"key": key, "ok": True, "cpu_only": outcome.cpu_only, "report": report}
+        record = {"key": key, "ok": True, "cpu_only": outcome.cpu_only, "report": smoke}
         tmp.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, cache)
     outcomes = outcome.checks + outcome.findings

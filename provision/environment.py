@@ -434,6 +434,12 @@ def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = N
 
 
 def _write(path: Path, text: str) -> None:
+    """Atomically, and not at all when the file already says this (a re-run changes nothing)."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -28,10 +28,37 @@ def home() -> Path:
     """The directory provision owns for built environments (PROVISION_HOME relocates it)."""
     explicit = os.environ.get("PROVISION_HOME")
     if explicit:
-        return Path(explicit).expanduser().absolute()
+        path = Path(explicit).expanduser().absolute()
+        _check_home(path)
+        return path
     import platformdirs
 
     return Path(platformdirs.user_data_dir("provision", appauthor=False))
+
+
+def _check_home(path: Path) -> None:
+    """PROVISION_HOME must be a folder, or a path where one can be made: not a file, not under a
+    file, not longer than the file system allows. (Whether it is writable is checked by those
+    who write: listing a read-only home is fine.)"""
+    from provision.cliargs import path_problem
+
+    why = path_problem(str(path))
+    if why:
+        shown = str(path) if len(str(path)) <= 80 else str(path)[:80] + "..."
+        raise RegistryError(f"PROVISION_HOME {shown} {why}; set it to a folder")
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise RegistryError(
+                    f"PROVISION_HOME {path}: {parent} is a file, not a folder; set "
+                    "PROVISION_HOME to a folder"
+                )
+            return
+
+
+def usable_home() -> Path:
+    """PROVISION_HOME, checked before a build that will register into it (RegistryError)."""
+    return _usable_home()
 
 
 def _folder() -> Path:

@@ -15,6 +15,8 @@ PathKind = Literal["conda", "system", "pip"]
 PATHS: tuple[PathKind, ...] = ("conda", "system", "pip")
 DEFAULT_PATH: PathKind = "conda"
 _DIGITS = re.compile(r"[0-9]+")
+MAX_GPUS = 1024  # GPU indices below this; no host has more
+MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB: more than any GPU holds
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 CHANNEL = "conda-forge"
 PLATFORMS = ("linux-64",)
@@ -200,15 +202,18 @@ def _virtual_packages(cuda: Cuda, release: Release) -> dict[str, str]:
 
 def _check_gpu_policy(gpu: GpuPolicy) -> None:
     if gpu.memory not in (None, "growth") and not (
-        _DIGITS.fullmatch(gpu.memory) and int(gpu.memory) > 0
+        _DIGITS.fullmatch(gpu.memory) and 0 < int(gpu.memory) <= MAX_GPU_MEMORY_MIB
     ):
         raise UsageError(
-            f"--gpu-memory takes 'growth' or a positive number of MiB, not {gpu.memory!r}"
+            f"--gpu-memory takes 'growth' or a positive number of MiB (at most 16 TiB), "
+            f"not {gpu.memory[:40]!r}"
         )
     if gpu.devices is not None:
         indices = gpu.devices.split(",")
-        if not all(_DIGITS.fullmatch(i) for i in indices):
-            raise UsageError(f"--gpus takes GPU indices like 0,1, not {gpu.devices!r}")
+        if not all(_DIGITS.fullmatch(i) and int(i) < MAX_GPUS for i in indices):
+            raise UsageError(
+                f"--gpus takes GPU indices below 1024 like 0,1, not {gpu.devices[:40]!r}"
+            )
         if len(set(indices)) != len(indices):
             raise UsageError(f"--gpus names a GPU twice: {gpu.devices!r}")
 

@@ -115,3 +115,63 @@ def real_conda_channel(
 
 # A small real wheel served by a local index, and an environment sealed to it (tests/tinyindex.py).
 from tinyindex import env, index  # noqa: E402, F401
+
+# -- where tests write: temporary directories, and one cache under pytest's own ----------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test runs or starts a process: nothing a test runs writes into the user's
+    ~/.cache or ~/.local/share. Caches go under pytest's cache directory (.pytest_cache/d/, kept
+    between runs so the slow tests' downloads are fetched once; -p no:cacheprovider: a temporary
+    folder), or PROVISION_TEST_CACHE when set; PROVISION_HOME and the data and kernel folders go
+    into a folder of this session, removed at its end."""
+    import os
+    import tempfile
+
+    if os.environ.get("PROVISION_TEST_CACHE"):
+        cache = Path(os.environ["PROVISION_TEST_CACHE"])
+    else:
+        store = getattr(config, "cache", None)
+        cache = (
+            Path(store.mkdir("provision-tests"))
+            if store is not None
+            else Path(tempfile.mkdtemp(prefix="provision-test-cache-"))
+        )
+        os.environ["PROVISION_TEST_CACHE"] = str(cache)
+    session = Path(tempfile.mkdtemp(prefix="provision-test-session-"))
+    config.stash[_SESSION_DIR] = session
+    os.environ.update(
+        {
+            "XDG_CACHE_HOME": str(cache / "xdg"),
+            "UV_CACHE_DIR": str(cache / "uv"),
+            "PIP_CACHE_DIR": str(cache / "pip"),
+            "XDG_DATA_HOME": str(session / "data"),
+            "JUPYTER_DATA_DIR": str(session / "jupyter"),
+            "PROVISION_HOME": str(session / "provision-home"),
+        }
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_SESSION_DIR, None)
+    if session is not None:
+        shutil.rmtree(session, ignore_errors=True)
+
+
+_SESSION_DIR = pytest.StashKey[Path]()
+
+
+# -- the `index` marker: tests that need the package index (pip's configured one) -------------
+
+# Fixtures that download from the index (NVIDIA's runtime wheels, TensorFlow venvs, provision's
+# own dependencies' wheels); every `slow` test needs the index too (its marker says so).
+INDEX_FIXTURES = frozenset(
+    {"nvidia_artifacts", "real_conda_channel", "tf_python", "tf_env", "wheelhouse", "tiny_bundle"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        uses = set(getattr(item, "fixturenames", ()))
+        if uses & INDEX_FIXTURES or item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.index)

@@ -21,8 +21,11 @@ DOCKERFILE = ROOT / "Dockerfile.test"
 BUILD_SH = ROOT / "tests" / "container" / "build.sh"
 
 # The README's two set-up commands; README.md wins once it shows them in a fenced block.
-QUICKSTART_COMMAND = "python3 -m pip install . && provision create --tf 2.13 --path pip"
-TEST_COMMAND = "python3 -m pip install -e '.[test]' && python3 -m pytest"
+QUICKSTART_COMMAND = (
+    "python3 -m venv .venv && .venv/bin/pip install . && "
+    ".venv/bin/provision create --tf 2.13 --path pip"
+)
+TEST_COMMAND = ".venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest"
 
 # What the in-repo build runs inside, within CI's time budget (the plain build runs it all):
 # the README's quick start, then the tests that need neither the package index nor minutes.

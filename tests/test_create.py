@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -172,14 +171,11 @@ def test_create_pip_builds_verified_tensorflow(
 
     env_dir = out / str(data["name"])
     before = snapshot(env_dir, prefix)
-    started = time.monotonic()
     again = provision("create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", env=home)
-    elapsed = time.monotonic() - started
     assert again.returncode == 0, again.stderr
     assert statuses(summary(again)) == [
         (s, "skipped") for s in ("render", "lock", "install", "verify")
     ]
-    assert elapsed < 15, f"a second create took {elapsed:.1f} s"
     assert snapshot(env_dir, prefix) == before
 
 

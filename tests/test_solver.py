@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -119,21 +118,23 @@ def test_unsatisfiable_virtual_packages_give_the_solvers_explanation(
 
 
 def test_unreachable_channel_fails_fast_naming_it(silent_server: localchannel.SilentServer) -> None:
+    """A channel that accepts and never answers is given up after the connect deadline (not the
+    300 s download deadline): the message names the deadline that ended the wait."""
     channel = f"{silent_server.url}/conda-forge"
-    started = time.monotonic()
-    done = conda("create", "-p", "/nonexistent/p", "--dry-run", "--json", "-c", channel, "python")
-    assert time.monotonic() - started < 10
+    done = conda("create", "-p", "/nonexistent/p", "--dry-run", "--json", "-c", channel, "python",
+                 env={"PROVISION_CONDA_CONNECT_TIMEOUT": "1"})  # fmt: skip
     assert done.returncode == 1
-    assert json.loads(done.stdout)["message"].startswith(f"channel {channel} cannot be reached")
+    message = json.loads(done.stdout)["message"]
+    assert message.startswith(f"channel {channel} cannot be reached"), message
+    assert "no answer within 1 s" in message, message
 
 
 def test_refused_connection_fails_at_once() -> None:
-    started = time.monotonic()
     done = conda(
         "create", "-p", "/x", "--dry-run", "--json", "-c", "http://127.0.0.1:9/ch", "python"
     )
-    assert time.monotonic() - started < 5
     assert done.returncode == 1 and "http://127.0.0.1:9/ch cannot be reached" in done.stderr
+    assert "no answer within" not in done.stderr  # refused at once, not waited out
 
 
 def explicit_lock(plan: dict[str, Any]) -> str:

@@ -222,7 +222,9 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
 
 
 def run_cli(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(cli, list(args))
+    """(exit code, what it printed): results and errors. Progress is off (-q): CliRunner mixes
+    stderr into the output, and these tests read results (tests/test_progress.py reads progress)."""
+    res = CliRunner().invoke(cli, ["-q", *args])
     crash = (
         ""
         if res.exception is None or isinstance(res.exception, SystemExit)

@@ -482,7 +482,7 @@ check_driver() {
 		return 0
 	fi
 	if ! read_driver_version; then
-		die "no NVIDIA driver found ($DRIVER_PROBLEM). $needs. Install the driver first (this script never installs it), or pass --skip-driver-check to build without a GPU, e.g. an image"
+		die "no NVIDIA driver found ($DRIVER_PROBLEM). $needs. Install the driver first (this script never installs it), or run \`${PROVISION_VIA:+$PROVISION_VIA }--skip-driver-check\` to build without a GPU, e.g. an image"
 	fi
 	if version_ge "$DRIVER_VERSION" "$DRIVER_MIN"; then
 		step driver "NVIDIA driver $DRIVER_VERSION >= $DRIVER_MIN (CUDA $CUDA_VERSION's minimum): ok"
@@ -752,7 +752,13 @@ download() {
 		die "neither curl nor wget is installed: install one, or download $url yourself and pass it with --runfile / --cudnn-archive"
 	fi
 	if ((rc != 0)); then
-		die "download failed (exit $rc): $url. What arrived is kept in $dest.part: run this script again to resume, or download the file yourself and pass --runfile / --cudnn-archive"
+		local kept="nothing arrived"
+		if [[ -s $dest.part ]]; then
+			kept="what arrived is kept in $dest.part: run this again to resume"
+		else
+			rm -f -- "$dest.part"
+		fi
+		die "download failed (exit $rc): $url; $kept, or download the file yourself and pass --runfile / --cudnn-archive"
 	fi
 	mv -f -- "$dest.part" "$dest"
 }

@@ -101,6 +101,8 @@ build_args=(
     --build-arg "BASE=$base_image"
     --build-arg "PYTEST_ARGS=$pytest_args"
     --build-arg "QUICKSTART=$quickstart"
+    # The debootstrapped Debian's python3 is externally managed: prove the quick start there.
+    --build-arg "REQUIRE_PEP668=$([[ $base_image == localhost/bookworm-py ]] && echo 1 || echo 0)"
 )
 
 load_pip_config
@@ -136,7 +138,7 @@ if ((!have_base)); then
     fi
     # shellcheck disable=SC2054  # the commas belong to --include
     debootstrap_cmd=(debootstrap --variant=minbase
-        --include=python3,python3-venv,python3-pip,ca-certificates "$suite" "$rootfs" "$mirror")
+        --include=python3,python3-venv,ca-certificates "$suite" "$rootfs" "$mirror")
     # An imported tarball carries no config: give it the PATH and locale a Debian image has.
     import_cmd=(podman import
         --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'

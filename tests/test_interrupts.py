@@ -1,0 +1,97 @@
+"""A SIGINT to provision's PID alone stops every process it started, however deep.
+
+`kill -INT PID` (a supervisor, a CI runner's timeout) signals provision only, not its process group:
+its children must go because provision goes. verify runs the payload, which runs each batch of
+checks in a child of its own session (so that a hung check's whole group can be killed): that child
+is two levels down and in another session, and once outlived everything above it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+PROVISION = Path(sys.executable).parent / "provision"
+
+
+def fake_tensorflow_venv(tmp_path: Path, body: str) -> Path:
+    """A venv whose `tensorflow` runs `body` on import (the payload runs isolated: -I ignores
+    PYTHONPATH, so the package goes into the venv's site-packages)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    (Path(site) / "tensorflow").mkdir()
+    (Path(site) / "tensorflow" / "__init__.py").write_text(textwrap.dedent(body))
+    return python
+
+
+def processes_with(marker: str) -> list[str]:
+    """'pid argv' of every live (not zombie) process whose command line contains marker."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError, UnicodeDecodeError):
+            continue
+        if state != "Z" and marker in argv:
+            found.append(f"{entry} {argv.strip()}")
+    return found
+
+
+def wait_for(predicate: object, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_sigint_to_provision_alone_during_verify_stops_the_smoke_tests_child(
+    tmp_path: Path,
+) -> None:
+    """The smoke test's child is importing a TensorFlow that never finishes; SIGINT goes to
+    provision's PID only. provision says it was interrupted (130) and no process it started is
+    left: not the payload, not the payload's child in its own session."""
+    ready = tmp_path / "importing"
+    python = fake_tensorflow_venv(
+        tmp_path,
+        f"""
+        import pathlib, time
+        pathlib.Path({str(ready)!r}).touch()
+        time.sleep(600)
+        """,
+    )
+    marker = str(python)  # every process of the smoke test runs this interpreter
+    proc = subprocess.Popen(
+        [str(PROVISION), "verify", "--python", str(python)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: ready.exists() or proc.poll() is not None, "the import never started")
+        assert proc.poll() is None, proc.communicate()
+        children = processes_with(marker)
+        assert any("--child" in p for p in children), children  # two levels down
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert err.strip().splitlines()[-1] == "provision: interrupted"
+        assert "Traceback" not in err
+        # The kernel delivers the parent-death signal as provision's children exit.
+        wait_for(lambda: not processes_with(marker), f"left running: {processes_with(marker)}", 10)
+    finally:
+        for line in processes_with(marker):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
