@@ -1,0 +1,102 @@
+"""What every command of the CLI shares: its options, how names are found, JSON, progress.
+
+Kept apart from provision/cli.py (the group and the workflow's commands) and provision/cli_use.py
+(the commands that use, share and measure built environments), which both build on it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from provision.cliargs import SafePath
+
+F = TypeVar("F", bound=Callable[..., Any])
+PATH_CHOICES = ("conda", "system", "pip")
+
+
+def _os_error(exc: OSError) -> str:
+    where = str(exc.filename or "")
+    where = where if len(where) <= 120 else where[:60] + "..." + where[-40:]
+    why = exc.strerror or str(exc)
+    return f"{why}: {where}; check the path and its permissions" if where else why
+
+
+VERBOSITY = "provision.verbosity"
+PRESENTER = "provision.presenter"
+
+
+def _stop_progress(ctx: click.Context) -> None:
+    shown = ctx.meta.get(PRESENTER)
+    if shown is not None:
+        shown.close()
+
+
+def presenter(quiet: bool = False) -> Any:
+    """The progress shown on stderr for this command: -q none, -v every tool's line; rich on a
+    terminal, plain lines otherwise. One per command (a spinner must be stopped before errors)."""
+    from provision.progress import Presenter
+
+    ctx = click.get_current_context()
+    if PRESENTER not in ctx.meta:
+        verbosity = 0 if quiet else int(ctx.meta.get(VERBOSITY, 1))
+        ctx.meta[PRESENTER] = Presenter(verbosity)
+    return ctx.meta[PRESENTER]
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def out_option(f: F) -> F:
+    """Where render and create write environment directories."""
+    return click.option(
+        "--out",
+        "out",
+        type=SafePath(path_type=Path, file_okay=True, dir_okay=True),
+        default=Path("envs"),
+        show_default=True,
+        help="Directory that holds the environment directories.",
+    )(f)
+
+
+def find_option(f: F) -> F:
+    """Where a NAME is looked up: the registry of built environments, then envs/ (or only --out)."""
+    return click.option(
+        "--out",
+        "out",
+        type=SafePath(path_type=Path, file_okay=False, dir_okay=True),
+        default=None,
+        help="Look for NAME only in this directory of environment directories "
+        "(default: the environments built here, then ./envs).",
+    )(f)
+
+
+def _find(name: str, out: Path | None) -> Any:
+    from provision import environment
+
+    return environment.find(name, out)
+
+
+def jupyter_option(f: F) -> F:
+    return click.option(
+        "--jupyter", is_flag=True, help="Include ipykernel, for `provision kernel NAME`."
+    )(f)
+
+
+def gpu_options(f: F) -> F:
+    f = click.option(
+        "--gpu-memory",
+        metavar="growth|MiB",
+        help="GPU memory policy applied on activation: grow on demand, or a hard limit in MiB.",
+    )(f)
+    return click.option("--gpus", metavar="0,1", help="GPUs the environment may see.")(f)
+
+
+def _progress(quiet: bool) -> Callable[[str], None]:
+    silent = quiet or click.get_current_context().meta.get(VERBOSITY, 1) == 0  # the group's -q
+    return (lambda line: None) if silent else (lambda line: click.echo(line, err=True))
