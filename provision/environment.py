@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -416,10 +415,10 @@ def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = N
     ]
     _write(prefix / INSTALLED_RUNTIME, "\n".join(lines) + "\n")
     for script in ("activate.sh", "deactivate.sh"):
-        shutil.copyfile(HOOKS_DIR / script, etc / script)
+        _copy(HOOKS_DIR / script, etc / script)
     site = site_packages(prefix, env.python)
     site.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(HOOKS_DIR / f"{HOOK_MODULE}.py", site / f"{HOOK_MODULE}.py")
+    _copy(HOOKS_DIR / f"{HOOK_MODULE}.py", site / f"{HOOK_MODULE}.py")
     _write(site / f"{HOOK_MODULE}.pth", f"import {HOOK_MODULE}\n")
     if env.path == "conda":
         for sub, script in (
@@ -428,13 +427,13 @@ def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = N
         ):
             target = prefix / "etc" / "conda" / sub
             target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(HOOKS_DIR / script, target / "provision.sh")
+            _copy(HOOKS_DIR / script, target / "provision.sh")
     elif (prefix / "bin" / "activate").is_file():
         _hook_venv_activate(prefix / "bin" / "activate")
 
 
 def _write(path: Path, text: str) -> None:
-    """Atomically, and not at all when the file already says this (a re-run changes nothing)."""
+    """Atomically, and only when the content differs: a re-run changes nothing it need not."""
     try:
         if path.read_text(encoding="utf-8") == text:
             return
@@ -443,6 +442,10 @@ def _write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _copy(src: Path, dest: Path) -> None:
+    _write(dest, src.read_text(encoding="utf-8"))
 
 
 # The first line of the venv's deactivate: undo the hooks of the environment that is active (this
