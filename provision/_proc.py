@@ -76,6 +76,23 @@ def _child_setup(prctl: Callable[..., int], parent: int) -> Callable[[], None]:
     return setup
 
 
+def _child_options(env: Mapping[str, str] | None, keep_fds: Sequence[int]) -> dict[str, Any]:
+    """What every child gets, from run() and stream() alike: the caller's variables over ours, the
+    descriptors it keeps, and death with provision (Linux)."""
+    prctl = _prctl()
+    return {
+        "env": None if env is None else {**os.environ, **env},
+        "pass_fds": tuple(keep_fds),
+        "preexec_fn": _child_setup(prctl, os.getpid()) if prctl else None,
+    }
+
+
+def _not_started(program: str, exc: OSError) -> ProvisionError:
+    if isinstance(exc, FileNotFoundError):
+        return ToolMissing(f"{program} is not installed or not on PATH")
+    return cannot_run(program, exc)
+
+
 def run(
     argv: Sequence[str | os.PathLike[str]],
     *,
@@ -92,26 +109,20 @@ def run(
     The child dies with provision. keep_fds stay open in it (and in what it starts): a build lock
     held this way stays held while any of them lives."""
     args = tuple(os.fspath(a) for a in argv)
-    prctl = _prctl()
-    full_env = None if env is None else {**os.environ, **env}
     try:
         proc = subprocess.run(
             args,
             cwd=cwd,
-            env=full_env,
             timeout=timeout,
             text=True,
             input=input,
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture else None,
             check=False,
-            pass_fds=tuple(keep_fds),
-            preexec_fn=_child_setup(prctl, os.getpid()) if prctl else None,
+            **_child_options(env, keep_fds),
         )
-    except FileNotFoundError as exc:
-        raise ToolMissing(f"{args[0]} is not installed or not on PATH") from exc
     except OSError as exc:
-        raise cannot_run(args[0], exc) from exc
+        raise _not_started(args[0], exc) from exc
     except subprocess.TimeoutExpired as exc:
         raise ProvisionError(
             f"{' '.join(args[:3])} ... did not finish within {timeout:g} s"
@@ -140,26 +151,20 @@ def stream(
     import time
 
     args = tuple(os.fspath(a) for a in argv)
-    prctl = _prctl()
-    full_env = None if env is None else {**os.environ, **env}
     try:
         proc = subprocess.Popen(
             args,
             cwd=cwd,
-            env=full_env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             errors="replace",
             bufsize=1,
-            pass_fds=tuple(keep_fds),
-            preexec_fn=_child_setup(prctl, os.getpid()) if prctl else None,
+            **_child_options(env, keep_fds),
         )
-    except FileNotFoundError as exc:
-        raise ToolMissing(f"{args[0]} is not installed or not on PATH") from exc
     except OSError as exc:
-        raise cannot_run(args[0], exc) from exc
+        raise _not_started(args[0], exc) from exc
     out: list[str] = []
     err: list[str] = []
     lock = threading.Lock()  # on_line is called from one reader at a time
