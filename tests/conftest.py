@@ -132,11 +132,13 @@ def pytest_configure(config: pytest.Config) -> None:
         cache = Path(os.environ["PROVISION_TEST_CACHE"])
     else:
         store = getattr(config, "cache", None)
-        cache = (
-            Path(store.mkdir("provision-tests"))
-            if store is not None
-            else Path(tempfile.mkdtemp(prefix="provision-test-cache-"))
-        )
+        if store is not None:
+            cache = Path(store.mkdir("provision-tests"))
+        else:
+            # No cache folder to keep (-p no:cacheprovider): a temporary one, removed at the end
+            # like the session's (gigabytes once a TensorFlow venv is cached in it).
+            cache = Path(tempfile.mkdtemp(prefix="provision-test-cache-"))
+            config.stash[_TEMP_CACHE] = cache
         os.environ["PROVISION_TEST_CACHE"] = str(cache)
     session = Path(tempfile.mkdtemp(prefix="provision-test-session-"))
     config.stash[_SESSION_DIR] = session
@@ -153,12 +155,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    session = config.stash.get(_SESSION_DIR, None)
-    if session is not None:
-        shutil.rmtree(session, ignore_errors=True)
+    for key in (_SESSION_DIR, _TEMP_CACHE):
+        folder = config.stash.get(key, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 _SESSION_DIR = pytest.StashKey[Path]()
+_TEMP_CACHE = pytest.StashKey[Path]()
 
 
 # -- the `index` marker: tests that need the package index (pip's configured one) -------------

@@ -246,7 +246,9 @@ def test_a_damaged_manifest_is_refused_before_anything(tiny_bundle: Path, tmp_pa
     at = _offset_of(tiny_bundle, "manifest.json") + 30
     with open(tiny_bundle, "r+b") as fh:
         fh.seek(at)
-        fh.write(b"9")
+        was = fh.read(1)
+        fh.seek(at)
+        fh.write(b"8" if was == b"9" else b"9")  # a change, whatever the byte was
     _refused(tiny_bundle, tmp_path / "home", "manifest is damaged")
 
 
