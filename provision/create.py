@@ -16,16 +16,17 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from provision import environment, registry, tools
 from provision import install as install_mod
-from provision.errors import InstallError, ProvisionError, StaleError, UsageError
+from provision.errors import InstallError, ProvisionError, UsageError
 from provision.progress import Event, Report, nothing
+from provision.steps import StepName, StepResult
 
-STEPS = ("render", "lock", "install", "verify")
+STEPS: tuple[StepName, ...] = ("render", "lock", "install", "verify")
 VERIFY_MARKER = ".provision-verify.json"
 Status = Literal["running", "ok", "skipped", "failed"]
 
@@ -83,12 +84,6 @@ class CreateResult:
 Progress = Callable[[Step], None]
 
 
-class _Failed(Exception):
-    def __init__(self, message: str, hint: str):
-        super().__init__(message)
-        self.hint = hint
-
-
 def default_python(tf: str, path: str) -> str | None:
     """The newest Python the release supports that this host has (venvs are made from it).
 
@@ -127,7 +122,8 @@ def create(
 ) -> CreateResult:
     """progress: each step as it starts and ends; report: what goes on inside the steps (the
     installers' downloads, install.sh's steps, the smoke test)."""
-    from provision import matrix, spec
+    from provision import matrix
+    from provision.matrix import spec
 
     if python and path != "conda":
         tools.find_python(python)  # create builds here: say so before rendering anything
@@ -144,7 +140,7 @@ def create(
         registry.usable_home()
     made = [d for d in (Path(out), Path(out) / env_spec.name) if not d.exists()]
     try:
-        _steps(result, out, env_spec.name, [
+        _steps(result, _named(env_spec.name, out), [
             lambda: _render(out, tf, env_spec.path, python, name, gpu_memory, gpus, jupyter, force),
             lambda: _lock(out, env_spec.name, solver, channels, force),
             lambda: _install(out, env_spec.name, prefix, force, solver, result, report),
@@ -167,9 +163,10 @@ def _remove_made(made: list[Path]) -> None:
 
 
 def _steps(
-    result: CreateResult, out: Path, name: str, actions: list[Callable[[], str]],
+    result: CreateResult, named: str, actions: list[Callable[[], StepResult]],
     progress: Progress | None,
 ) -> None:  # fmt: skip
+    """Run the steps in order through the step protocol; the first that does not end ok stops."""
     for index, (step_name, action) in enumerate(zip(STEPS, actions, strict=True), start=1):
         step = Step(step_name, index)
         result.steps.append(step)
@@ -177,17 +174,14 @@ def _steps(
             progress(step)
         start = time.monotonic()
         try:
-            detail = action()
-        except _Failed as exc:
-            step.status, step.detail = "failed", str(exc)
-            result.error, result.hint = f"{step_name} failed: {exc}", exc.hint
+            outcome = action()
         except ProvisionError as exc:
-            step.status, step.detail = "failed", str(exc)
-            hint = _HINTS[step_name].replace("NAME", _named(name, out))
-            result.error, result.hint = f"{step_name} failed: {exc}", hint
-        else:
-            step.status = "skipped" if detail.startswith(_SKIP) else "ok"
-            step.detail = detail.removeprefix(_SKIP)
+            outcome = StepResult(step_name, "failed", [str(exc)], _hint(step_name, named))
+        step.status = _STATUS[outcome.outcome]
+        step.detail = outcome.summary
+        if not outcome.ok:
+            result.error = f"{step_name} failed: {outcome.summary}"
+            result.hint = outcome.hint or _hint(step_name, named)
         step.seconds = time.monotonic() - start
         if progress:
             progress(step)
@@ -195,13 +189,24 @@ def _steps(
             break
 
 
-_SKIP = "skip:"
-_HINTS = {
-    "render": "fix the request, or move hand-edited files away / re-run with --force",
-    "lock": "fix the cause above (the package index, the channels, the inputs), then re-run",
-    "install": "fix the cause above and re-run the same command: a partial build is redone",
-    "verify": "`provision verify NAME` shows the full report",
+# How a step's outcome shows in create's progress and JSON (a stale step could not be redone).
+_STATUS: dict[str, Status] = {
+    "done": "ok",
+    "skipped": "skipped",
+    "stale": "failed",
+    "failed": "failed",
 }
+
+
+def _hint(step: StepName, named: str) -> str:
+    """What to do when a step raised; named: NAME as a command needs it."""
+    return {
+        "render": "fix the request, or move hand-edited files away / re-run with --force",
+        "lock": "fix the cause above (the package index, the channels, the inputs), then re-run",
+        "install": "fix the cause above and re-run the same command: a partial build is redone",
+        "verify": f"`provision verify {named}` shows the full report",
+        "bench": f"`provision bench {named}` shows the full output",
+    }[step]
 
 
 def _named(name: str, out: Path) -> str:
@@ -219,44 +224,33 @@ def _render(
     gpus: str | None,
     jupyter: bool,
     force: bool,
-) -> str:
+) -> StepResult:
     from provision import render
 
-    res = render.run(
+    return render.run(
         out=out, tf=tf, path=path, python=python, name=name, all_=False, check=False,
         force=force, gpu_memory=gpu_memory, gpus=gpus, jupyter=jupyter,
     )  # fmt: skip
-    text = "; ".join(res.lines)
-    if not res.ok:
-        edited = "edited" in text or "--force" in text
-        raise _Failed(text, _HINTS["render"] if edited else "fix what the error names, then re-run")
-    return (_SKIP + text) if all(line.startswith("unchanged") for line in res.lines) else text
 
 
-def _lock(out: Path, name: str, solver: str, channels: Sequence[str], force: bool) -> str:
+def _lock(out: Path, name: str, solver: str, channels: Sequence[str], force: bool) -> StepResult:
     from provision import lock
 
     if not force:
-        try:
-            lines = lock.run(out, name, channels=channels, check=True).lines
-        except StaleError:
-            pass  # missing or out of date: lock below
-        else:
-            return _SKIP + "; ".join(lines)
-    res = lock.run(out, name, channels=channels, solver=solver)
-    return "; ".join(res.lines)
+        checked = lock.run(out, name, channels=channels, check=True)
+        if checked.ok:  # fresh: nothing to lock
+            return replace(checked, outcome="skipped")
+    return lock.run(out, name, channels=channels, solver=solver)
 
 
 def _install(
     out: Path, name: str, prefix: Path | None, force: bool, solver: str, result: CreateResult,
     report: Report = nothing,
-) -> str:  # fmt: skip
+) -> StepResult:  # fmt: skip
     env = environment.load(Path(out) / name)
     res = install_mod.install(env, prefix, force=force, solver=solver, report=report)
     result.prefix, result.python = res.prefix, res.python
-    if res.skipped:
-        return f"{_SKIP}{res.prefix} already built from this lock"
-    return f"built {res.prefix} with {res.installer}"
+    return res.as_step()
 
 
 def _verify_key(prefix: Path) -> str:
@@ -271,7 +265,7 @@ def _verify_key(prefix: Path) -> str:
 
 def _verify(
     out: Path, name: str, result: CreateResult, force: bool, report: Report = nothing
-) -> str:
+) -> StepResult:
     from provision import verify
 
     assert result.prefix is not None
@@ -288,25 +282,15 @@ def _verify(
         if isinstance(cached, dict) and cached.get("key") == key and cached.get("ok") is True:
             result.report = cached.get("report")
             result.cpu_only = str(cached.get("cpu_only") or "")
-            return (
-                f"{_SKIP}passed before for this build (cached; `provision verify {name}` re-runs)"
-            )
+            line = f"passed before for this build (cached; `provision verify {name}` re-runs)"
+            return StepResult("verify", "skipped", [line])
     report(Event("info", f"running the smoke test with {environment.interpreter(prefix)}"))
     outcome = verify.verify(env, prefix=prefix)
     smoke = outcome.as_json()
     result.report, result.cpu_only = smoke, outcome.cpu_only
-    if not outcome.ok:
-        failed = [f"{o.name}: {o.reason}" for o in outcome.failures]
-        raise _Failed(
-            "; ".join(failed) or "the smoke test failed",
-            _HINTS["verify"].replace("NAME", _named(name, out)),
-        )
-    if owned:
+    if outcome.ok and owned:
         tmp = cache.with_suffix(".tmp")
         record = {"key": key, "ok": True, "cpu_only": outcome.cpu_only, "report": smoke}
         tmp.write_text(json.dumps(record, indent=2) + "\n")
         os.replace(tmp, cache)
-    outcomes = outcome.checks + outcome.findings
-    passed = sum(1 for o in outcomes if o.status == "pass")
-    tail = f"; {outcome.cpu_only}" if outcome.cpu_only else ""
-    return f"smoke test passed ({passed} of {len(outcomes)} checks pass, none fails{tail})"
+    return outcome.as_step(_named(name, out))

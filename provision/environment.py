@@ -20,7 +20,7 @@ from pathlib import Path
 
 from provision import _proc, registry
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
-from provision.spec import NAME_RE, PATHS, EnvSpec, GpuPolicy, PathKind, resolve
+from provision.matrix.spec import NAME_RE, PATHS, EnvSpec, GpuPolicy, PathKind, resolve
 
 MANIFEST = "provision.json"
 SCHEMA = 2

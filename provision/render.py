@@ -15,16 +15,16 @@ import shlex
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision import environment
+from provision import environment, paths
 from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
 from provision.matrix import Matrix
-from provision.spec import (
+from provision.matrix.spec import (
     PATHS,
     EnvSpec,
     GpuPolicy,
@@ -34,6 +34,7 @@ from provision.spec import (
     refusal,
     resolve,
 )
+from provision.steps import StepResult
 
 if TYPE_CHECKING:
     import jinja2
@@ -46,13 +47,6 @@ KEPT_DIRS = ("ansible",)
 HEADER = "common/header.j2"
 SUFFIX = ".j2"
 EXPORT = "export"  # templates rendered only into `provision export` copies
-
-
-def templates_dir() -> Path:
-    """Templates ship inside the wheel (force-included); a source checkout keeps them at the top."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "templates"
-    return packaged if packaged.is_dir() else here.parent / "templates"
 
 
 def family(spec: EnvSpec) -> str:
@@ -161,7 +155,7 @@ def render_export(spec: EnvSpec, matrix: Matrix) -> dict[str, str]:
 def _render_family(spec: EnvSpec, matrix: Matrix, fam: str, common: bool = True) -> dict[str, str]:
     import jinja2
 
-    root = templates_dir()
+    root = paths.templates_dir()
     env = _environment(root)
     context = {
         "spec": spec,
@@ -200,14 +194,6 @@ def _sha256(data: bytes) -> str:
 
 
 # --- writing and checking ---------------------------------------------------------------------
-
-
-@dataclass
-class Result:
-    """What `provision render` prints, and whether it succeeded."""
-
-    lines: list[str] = field(default_factory=list)
-    ok: bool = True
 
 
 @dataclass(frozen=True)
@@ -270,10 +256,12 @@ def run(
     gpu_memory: str | None,
     gpus: str | None,
     jupyter: bool = False,
-) -> Result:
-    """`provision render`: resolve the request, render everything in memory, then check or write."""
+) -> StepResult:
+    """`provision render`: resolve the request, render everything in memory, then check or write.
+    Done when a file was written, skipped when every file was already as rendered, stale when
+    --check finds one that is not."""
     m = matrix_module.load()
-    result = Result()
+    result = StepResult("render")
     if all_:
         if tf or python or name or gpu_memory or gpus or jupyter:
             raise UsageError(
@@ -297,6 +285,8 @@ def run(
         _check(out, rendered, all_, result)
     else:
         _write_all(out, rendered, all_, force, result)
+        if not any(line.startswith("rendered ") for line in result.lines):
+            result.outcome = "skipped"
     return result
 
 
@@ -328,7 +318,7 @@ def _extra_dirs(out: Path, names: Iterable[str]) -> list[str]:
 
 
 def _check(
-    out: Path, rendered: Mapping[str, Mapping[str, str]], all_: bool, result: Result
+    out: Path, rendered: Mapping[str, Mapping[str, str]], all_: bool, result: StepResult
 ) -> None:
     stale = 0
     for env_name, files in rendered.items():
@@ -359,13 +349,17 @@ def _check(
             result.lines.append(f"extra: {_display(out, extra)} (not produced by --all)")
             stale += 1
     if stale:
-        result.ok = False
         again = "provision render --all" if all_ else "the command in each file's header"
+        result.outcome, result.hint = "stale", f"regenerate with {again}"
         result.lines.append(f"{stale} environment(s) not as rendered; regenerate with {again}")
 
 
 def _write_all(
-    out: Path, rendered: Mapping[str, Mapping[str, str]], all_: bool, force: bool, result: Result
+    out: Path,
+    rendered: Mapping[str, Mapping[str, str]],
+    all_: bool,
+    force: bool,
+    result: StepResult,
 ) -> None:
     # Refuse before writing anything: a render either replaces every hand edit (--force) or none.
     plans: dict[str, _OnDisk | None] = {}

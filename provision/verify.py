@@ -26,6 +26,7 @@ from provision.payload import judge
 from provision.payload import report as schema
 from provision.payload.status import FAIL, PASS, WARN, CheckStatus, check_status
 from provision.payload_app import payload_argv
+from provision.steps import StepResult
 
 DEFAULT_TIMEOUT = schema.DEFAULT_TIMEOUT
 MANIFEST = "provision.json"
@@ -92,6 +93,18 @@ class VerifyResult:
         shown = "; ".join(n for n in notes if n)
         out.append(f"verify: {verdict}" + (f" ({shown})" if shown else ""))
         return out
+
+    def as_step(self, named: str | None = None) -> StepResult:
+        """The step protocol's view; named: NAME as a command needs it (with --out if any)."""
+        if not self.ok:
+            failed = "; ".join(f"{o.name}: {o.reason}" for o in self.failures)
+            hint = f"`provision verify {named or self.name or 'NAME'}` shows the full report"
+            return StepResult("verify", "failed", [failed or "the smoke test failed"], hint)
+        outcomes = self.checks + self.findings
+        passed = sum(1 for o in outcomes if o.status == "pass")
+        tail = f"; {self.cpu_only}" if self.cpu_only else ""
+        line = f"smoke test passed ({passed} of {len(outcomes)} checks pass, none fails{tail})"
+        return StepResult("verify", "done", [line])
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -364,7 +377,7 @@ def verify(
 
 def expected_of(env: EnvDir) -> dict[str, Any]:
     """What the smoke test must find: the spec's expectations, as the matrix says now."""
-    from provision import spec
+    from provision.matrix import spec
 
     return spec.expected(env.spec)
 

@@ -194,7 +194,7 @@ def _values(command: str, param: click.Parameter) -> dict[str, str]:
 
 
 def cases() -> list[Case]:
-    from provision.cli import cli
+    from provision.cli.commands import cli
 
     out: list[Case] = []
     for command, base in BASE.items():
@@ -390,7 +390,7 @@ def world(root: Path) -> Iterator[World]:
     from click.testing import CliRunner
     from tinyindex import Env, Index, pip_release
 
-    from provision.cli import cli
+    from provision.cli.commands import cli
 
     for sub in ("cwd", "tmp", "home", "adir", "ro", "wheels", "jupyter"):
         (root / sub).mkdir()

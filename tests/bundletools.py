@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from provision import bundle_fetch, bundle_self
-from provision.bundle import host_glibc
+from provision.rollout import bundle_fetch, bundle_self
+from provision.rollout.bundle import host_glibc
 
 PYTHON = "{}.{}".format(*sys.version_info[:2])
 

@@ -11,7 +11,7 @@ import pytest
 from fakes.nvidia import Artifacts, build_artifacts, install_nvidia_smi
 
 from provision.matrix import Cuda, Cudnn
-from provision.spec import EnvSpec
+from provision.matrix.spec import EnvSpec
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +67,8 @@ def local_channel(tmp_path_factory: pytest.TempPathFactory) -> localchannel.Chan
 def local_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a PEP 503 simple index on 127.0.0.1 holding tiny wheels for every exact pin of every
     spec's pip part (conda and pip paths), so pip parts lock offline. Use as PIP_INDEX_URL."""
-    from provision import matrix, spec
+    from provision import matrix
+    from provision.matrix import spec
 
     pins = {req for s in spec.all_specs(matrix.load()) for req in s.pip_requirements if "==" in req}
     root = localchannel.simple_index(tmp_path_factory.mktemp("simple-index"), sorted(pins))

@@ -468,7 +468,7 @@ class FakeHost:
     # --- running the doctor ---
 
     def doctor(self, *args: str, **env: str | None) -> tuple[int, str]:
-        from provision.cli import cli
+        from provision.cli.commands import cli
 
         result = CliRunner().invoke(
             cli, ["doctor", "--root", str(self.root), *args], env={**self.env, **env}

@@ -1,9 +1,10 @@
 """Hosts for `provision fleet` tests: network namespaces on this machine, each with a real sshd.
 
 Each host is `ip netns` namespace joined to this machine by a veth pair on loopback-only
-addressing: the host is 127.200.N.2, this machine 127.200.0.1 on every pair (route_localnet lets
-127/8 cross the pair; more specific routes in each side's local table send it there). The test's
-package index listens on 127.200.254.1, routed the same way to every host but an offline one,
+addressing: the host is 127.X.N.2, this machine 127.X.0.1 on every pair, X a /16 no other test
+session here uses (route_localnet lets 127/8 cross the pair; more specific routes in each side's
+local table send it there). The test's
+package index listens on 127.X.254.1, routed the same way to every host but an offline one,
 whose table says that address is unreachable: such a host answers SSH and reaches nothing else.
 Nothing else is routed, so traffic stays on loopback and the test namespaces. Each host's sshd
 (Debian's openssh-server, `sshd -D` with a config, host key and authorized key in tmp) gives its
@@ -37,8 +38,26 @@ from pathlib import Path
 import fakehost
 
 PREFIX = "pvfleet"
-CONTROL = "127.200.0.1"
-INDEX = "127.200.254.1"  # where the test's package index listens; no host is numbered 254
+
+
+def _free_net() -> int:
+    """X of the 127.X.0.0/16 this test session's hosts use: one that no route of another session
+    on this machine uses (a CI run beside a developer's run must not take each other's hosts)."""
+    try:
+        shown = subprocess.run(
+            ["ip", "-4", "route", "show", "table", "local"],
+            capture_output=True, text=True, timeout=10, check=False,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        shown = ""
+    used = {int(x) for x in re.findall(r"\b127\.(\d+)\.\d+\.\d+", shown)}
+    start = 200 + os.getpid() % 50
+    return next((x for x in [*range(start, 255), *range(200, start)] if x not in used), start)
+
+
+NET = _free_net()
+CONTROL = f"127.{NET}.0.1"
+INDEX = f"127.{NET}.254.1"  # where the test's package index listens; no host is numbered 254
 _NUMBERS = itertools.count(1)  # host numbers, unique in this process (two labs may overlap)
 
 
@@ -105,7 +124,7 @@ class Host:
 
     @property
     def address(self) -> str:
-        return f"127.200.{self.number}.2"
+        return f"127.{NET}.{self.number}.2"
 
     @property
     def home(self) -> Path:
@@ -282,7 +301,7 @@ class Lab:
         self.close()
 
 
-# -- a package index the hosts reach (on 127.200.0.1, this machine's end of every pair) --------
+# -- a package index the hosts reach (on 127.X.0.1, this machine's end of every pair) ----------
 
 
 def _sha256(path: Path) -> str:
@@ -386,7 +405,7 @@ def serve(root: Path) -> Iterator[Index]:
 
 @contextlib.contextmanager
 def serving(index: Index) -> Iterator[Index]:
-    """`index` served at 127.200.254.1 on a port of its own, until the block ends."""
+    """`index` served at INDEX on a port of its own, until the block ends."""
     server = http.server.ThreadingHTTPServer((INDEX, 0), _handler(index))
     server.daemon_threads = True
     index.url = f"http://{INDEX}:{server.server_address[1]}/simple"

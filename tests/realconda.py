@@ -32,7 +32,7 @@ import localchannel as lc
 from fakes import nvidia
 
 from provision.matrix import Matrix
-from provision.spec import EnvSpec
+from provision.matrix.spec import EnvSpec
 
 # Parts of a CPython tree an environment never needs; the test suite alone is 120 MB.
 _SKIP_DIRS = {
@@ -185,7 +185,7 @@ def e2e_spec(matrix: Matrix) -> EnvSpec | None:
     """The conda environment the end-to-end tests build: the newest release whose cuDNN comes from
     the channel (so both libcudart and libcudnn are channel packages), at the newest Python it
     supports that this host can repackage."""
-    from provision import spec as spec_mod
+    from provision.matrix import spec as spec_mod
 
     for release in reversed(matrix.releases):
         if spec_mod.refusal(matrix, release, "conda") or not matrix.cudnn_of(release).conda_forge:

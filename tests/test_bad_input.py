@@ -32,14 +32,14 @@ import pytest
 from badinput import Case, World
 from click.testing import CliRunner
 
-from provision.cli import cli
+from provision.cli.commands import cli
 
 CASES = badinput.cases()
 
 
 def test_the_corpus_is_large_and_covers_every_command() -> None:
     assert len(CASES) >= 500, len(CASES)
-    from provision.cli import cli as group
+    from provision.cli.commands import cli as group
 
     covered = {c.argv[0] for c in CASES}
     assert set(group.commands) <= covered, set(group.commands) - covered

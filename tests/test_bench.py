@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from fakehost import H200, SMI_QUERY, FakeHost
 
 from provision import bench, bench_report
-from provision.cli import cli
+from provision.cli.commands import cli
 from provision.host.topology import parse_topo, summarise
 from provision.matrix import load
 from provision.payload import bench_schema

@@ -22,8 +22,9 @@ import pytest
 from bundletools import leftovers, needs_unshare, provision_offline, provision_wheelhouse
 from tinyindex import Env, Index, run_cli
 
-from provision import bundle_format, install
-from provision.bundle_format import MTIME, ROOT, Manifest
+from provision import install
+from provision.rollout import bundle_format
+from provision.rollout.bundle_format import MTIME, ROOT, Manifest
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,7 @@ from bundletools import (
 from tinyindex import Env, Index, run_cli
 
 from provision import environment, install, matrix, tools
-from provision.spec import all_specs
+from provision.matrix.spec import all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 

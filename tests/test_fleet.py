@@ -31,7 +31,7 @@ import pytest
 from bundletools import provision_wheelhouse
 from tinyindex import TINY, Env, build_wheel, pip_release, run_cli
 
-from provision import bundle_fetch
+from provision.rollout import bundle_fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 REASON = fleethosts.unavailable()
@@ -249,7 +249,7 @@ def test_generated_files_hold_no_secret_and_name_no_host(fleet: Fleet, first: Ru
         text = path.read_text()
         assert key not in text and "PRIVATE KEY" not in text, path
     for path in generated.iterdir():
-        assert "127.200." not in path.read_text() and "gpu-" not in path.read_text()
+        assert f"127.{fleethosts.NET}." not in path.read_text() and "gpu-" not in path.read_text()
 
 
 def test_an_unknown_host_key_fails_that_host_only(fleet: Fleet) -> None:

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from provision import environment, fleet, fleet_report, selfwheel
-from provision.cli import cli
-from provision.fleet_report import FleetResult, HostResult, Status
+from provision import environment
+from provision.cli import present
+from provision.cli.commands import cli
+from provision.rollout import fleet, fleet_report, selfwheel
+from provision.rollout.fleet_report import FleetResult, HostResult, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -58,7 +60,7 @@ def test_the_hosts_wheel_is_reproducible_and_complete(tmp_path: Path) -> None:
     two = selfwheel.build(tmp_path / "b")
     assert one.read_bytes() == two.read_bytes()
     names = zipfile.ZipFile(one).namelist()
-    assert "provision/cli.py" in names
+    assert "provision/cli/commands.py" in names
     assert "provision/ansible/roles/provision_env/tasks/main.yml" in names
     assert any(n.startswith("provision/templates/") for n in names)
     meta = zipfile.ZipFile(one).read("provision-0.1.0.dist-info/METADATA").decode()
@@ -95,7 +97,7 @@ def _result(check: bool = False) -> FleetResult:
 
 def test_summary_table_and_json() -> None:
     r = _result()
-    text = fleet_report.table(r)
+    text = present.fleet_table(r)
     head = text.splitlines()[0].split()
     assert head == ["host", "GPUs", "driver", "release", "path", "result", "time"]
     assert "gpu-h200      2 x NVIDIA H200" in text
@@ -177,4 +179,4 @@ def test_fleet_is_lazy_for_help() -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert "fleet" in done.stdout
-    assert "ansible" not in done.stderr and "provision.fleet" not in done.stderr
+    assert "ansible" not in done.stderr and "provision.rollout.fleet" not in done.stderr

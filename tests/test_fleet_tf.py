@@ -24,8 +24,9 @@ import fleethosts
 import pytest
 from bundletools import cache_root
 
-from provision import bundle_fetch, environment, tools
-from provision.bundle import host_glibc
+from provision import environment, tools
+from provision.rollout import bundle_fetch
+from provision.rollout.bundle import host_glibc
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "tf2.13-pip"

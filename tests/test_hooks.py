@@ -28,7 +28,7 @@ import pytest
 from provision import environment
 from provision import matrix as matrix_module
 from provision import render as render_module
-from provision.spec import EnvSpec, GpuPolicy, resolve
+from provision.matrix.spec import EnvSpec, GpuPolicy, resolve
 
 HOOKS = environment.HOOKS_DIR
 FIXTURE = matrix_module.load(Path(__file__).resolve().parent / "golden" / "matrix.toml")

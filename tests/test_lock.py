@@ -18,9 +18,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from provision import matrix, spec
-from provision.cli import cli
+from provision import matrix
+from provision.cli.commands import cli
 from provision.lock import solver_exe
+from provision.matrix import spec
 
 M = matrix.load()
 
@@ -510,7 +511,7 @@ def test_old_release_resolves_as_of_its_upload(
 
 
 def test_index_comes_from_pips_configuration(tmp_path: Path) -> None:
-    from provision.pylock import pip_index_url
+    from provision.lock.pylock import pip_index_url
 
     home = tmp_path / "home"
     (home / ".config" / "pip").mkdir(parents=True)

@@ -21,10 +21,11 @@ import localchannel
 import pytest
 from click.testing import CliRunner
 
-from provision import matrix, spec
-from provision.cli import cli
+from provision import matrix
+from provision.cli.commands import cli
 from provision.errors import LockInvalid, StaleError
 from provision.lock import check_lock
+from provision.matrix import spec
 
 M = matrix.load()
 CONDA_ROW = next(  # the pip part holds more than TensorFlow: a cuDNN wheel

@@ -24,7 +24,7 @@ from tools import wheel_facts
 from provision import matrix as matrix_mod
 from provision.errors import MatrixError, UnknownRelease
 from provision.matrix import Matrix, parse
-from provision.spec import refusal
+from provision.matrix.spec import refusal
 
 if sys.version_info >= (3, 11):
     import tomllib

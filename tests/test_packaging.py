@@ -18,7 +18,7 @@ import pytest
 from tinyindex import Env, Index
 
 from provision import __version__
-from provision.cliargs import platform_note
+from provision.cli.args import platform_note
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +90,7 @@ def test_doctor_prints_the_note_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """On another system the note is the first thing on stderr (the report follows on stdout)."""
     from click.testing import CliRunner
 
-    from provision import cli as cli_module
+    from provision.cli import commands as cli_module
 
     monkeypatch.setattr(cli_module, "sys", type("S", (), {"platform": "win32", "exit": sys.exit}))
     result = CliRunner().invoke(cli_module.cli, ["doctor", "--json"])

@@ -33,13 +33,13 @@ from click.testing import CliRunner
 from packaging.requirements import Requirement
 from rattler import MatchSpec, Version, VersionSpec
 
-from provision import environment
+from provision import environment, paths
 from provision import matrix as matrix_module
 from provision import render as render_module
-from provision.cli import cli
+from provision.cli.commands import cli
 from provision.errors import ProvisionError
 from provision.matrix import Matrix
-from provision.spec import EnvSpec, GpuPolicy, all_specs, expected, resolve
+from provision.matrix.spec import EnvSpec, GpuPolicy, all_specs, expected, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -106,7 +106,7 @@ WITH_FIXTURE = [
     "-c",
     "import sys; from pathlib import Path; import provision.matrix as m; "
     "fixed = m.load(Path(sys.argv.pop(1))); m.load = lambda *a, **k: fixed; "
-    "from provision.cli import main; main()",
+    "from provision.cli.commands import main; main()",
     str(GOLDEN / "matrix.toml"),
 ]
 
@@ -962,7 +962,7 @@ def test_killed_render_never_leaves_half_a_directory(tmp_path: Path, after: int)
 
 
 def test_templates_dir_is_the_checkouts_and_partials_are_not_outputs() -> None:
-    assert render_module.templates_dir() == ROOT / "templates"
+    assert paths.templates_dir() == ROOT / "templates"
     spec = _golden_spec("2.16", "conda", None, None, None)
     files = render_module.render(spec, FIXTURE)
     assert not any(Path(rel).name.startswith("_") or rel.endswith(".j2") for rel in files)

@@ -35,7 +35,7 @@ from provision import matrix as matrix_module
 from provision import render as render_module
 from provision.install import system_script
 from provision.matrix import Matrix
-from provision.spec import EnvSpec, all_specs
+from provision.matrix.spec import EnvSpec, all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = system_script()

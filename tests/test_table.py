@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from provision.cli import cli
+from provision.cli.commands import cli
 from provision.matrix import load
 
 

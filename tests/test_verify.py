@@ -28,12 +28,12 @@ from click.testing import CliRunner
 from provision import matrix as matrix_module
 from provision import render as render_module
 from provision import verify
-from provision.cli import cli
+from provision.cli.commands import cli
 from provision.errors import VerifyError
+from provision.matrix.spec import GpuPolicy, expected, resolve
 from provision.payload import cudalibs, elf, judge
 from provision.payload import report as schema
 from provision.payload_app import payload_argv
-from provision.spec import GpuPolicy, expected, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -21,10 +21,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from provision import environment, lockfile, lockinputs, matrix
-from provision.cli import cli
+from provision import environment, matrix
+from provision.cli.commands import cli
 from provision.create import default_python
 from provision.errors import InstallError
+from provision.lock import lockfile, lockinputs
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "provision-tiny"

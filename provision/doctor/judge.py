@@ -19,8 +19,8 @@ from provision.doctor.model import KIND_TEXT, Diagnosis, Verdict
 from provision.doctor.versions import major_minor
 from provision.host import HostReport, Library
 from provision.matrix import Cuda, Cudnn, Matrix, Release
+from provision.matrix.spec import PATHS, PathKind, refusal, resolve
 from provision.payload.status import CANNOT, FIX, NOT_OFFERED, RUNS
-from provision.spec import PATHS, PathKind, refusal, resolve
 
 
 def diagnose(

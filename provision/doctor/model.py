@@ -14,6 +14,7 @@ from typing import Any
 from provision import __version__
 from provision.errors import ProvisionError
 from provision.host import HostReport
+from provision.matrix.spec import PATHS, PathKind
 from provision.payload.status import (
     CANNOT,
     FIX,
@@ -24,7 +25,6 @@ from provision.payload.status import (
     finding_level,
     verdict_status,
 )
-from provision.spec import PATHS, PathKind
 
 SCHEMA = 1
 STATUS_TEXT: Mapping[VerdictStatus, str] = {

@@ -11,7 +11,7 @@ from provision import __version__
 from provision.doctor.model import KIND_TEXT, STATUS_TEXT, Diagnosis, Verdict
 from provision.errors import ProvisionError
 from provision.matrix import Matrix
-from provision.spec import PATHS
+from provision.matrix.spec import PATHS
 
 
 def render(d: Diagnosis, matrix: Matrix | None = None) -> str:

@@ -53,8 +53,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
-    from provision import bundle_fetch, environment
-    from provision.bundle import host_glibc
+    from provision import environment
+    from provision.rollout import bundle_fetch
+    from provision.rollout.bundle import host_glibc
 
     env = environment.load(ROOT / "envs" / args.env)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-bundle-"))

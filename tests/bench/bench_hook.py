@@ -34,7 +34,7 @@ def _time(python: Path) -> float:
 def _venvs(tmp: Path) -> tuple[Path, Path]:
     from provision import environment, render
     from provision import matrix as matrix_mod
-    from provision.spec import resolve
+    from provision.matrix.spec import resolve
 
     version = "{}.{}".format(*sys.version_info[:2])
     m = matrix_mod.load()

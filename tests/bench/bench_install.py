@@ -65,17 +65,19 @@ def fresh(path: Path) -> Callable[[], None]:
 
 class PipBench:
     def __init__(self, work: Path, tf: str) -> None:
-        from provision import install
 
         self.work, self.out = work, work / "envs"
         run([*provision_argv(), "render", "--tf", tf, "--path", "pip", "--out", self.out])
         (self.name,) = [p.name for p in self.out.iterdir()]
         run([*provision_argv(), "lock", self.name, "--out", self.out])
-        env = install.load_env(self.out, self.name)
+        from provision import environment, tools
+        from provision.install import installers
+
+        env = environment.load(self.out / self.name)
         self.lock = env.lock.absolute()
-        self.python = install.find_python(env.python)
-        self.uv = install._uv_bin() or "uv"
-        self.index = install.uv_index_args()
+        self.python = tools.find_python(env.python)
+        self.uv = tools.uv_or_none() or "uv"
+        self.index = installers.uv_index_args()
         self.prefix = work / "prefix"
 
     def ours(self, cache: Path) -> Callable[[], None]:

@@ -33,8 +33,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import localchannel  # noqa: E402
 
-from provision import matrix, pylock, spec  # noqa: E402
-from provision.lock import solver_exe  # noqa: E402
+from provision import matrix  # noqa: E402
+from provision.lock import pylock, solver_exe  # noqa: E402
+from provision.matrix import spec  # noqa: E402
 
 CONDA_SECONDS = 2.0
 SOLVER_SECONDS = 5.0

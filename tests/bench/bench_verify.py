@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parent))
 import tfvenv  # noqa: E402
 
 from provision import matrix  # noqa: E402
-from provision.spec import resolve  # noqa: E402
+from provision.matrix.spec import resolve  # noqa: E402
 
 LIMIT = 15.0
 

@@ -41,7 +41,8 @@ libs=$(find "$SITE/nvidia" -mindepth 2 -maxdepth 2 -type d -name lib | LC_ALL=C 
 # The zipapp provision runs, and the spec's expectations of each environment, as verify passes them.
 if ! "$PY" - "$work" "$pyver" <<'EOF'; then
 import json, pathlib, sys
-from provision import matrix, payload_app, spec
+from provision import matrix, payload_app
+from provision.matrix import spec
 work, python = pathlib.Path(sys.argv[1]), sys.argv[2]
 payload_app.write_zipapp(work / "payload.pyz")
 m = matrix.load()

@@ -49,7 +49,7 @@ LEGACY_MANYLINUX = {"manylinux1": "2.5", "manylinux2010": "2.12", "manylinux2014
 
 def index_url() -> str:
     """pip's configured index (PIP_INDEX_URL, pip.conf), else pip's own default."""
-    from provision.pylock import pip_index_url
+    from provision.lock.pylock import pip_index_url
 
     configured = pip_index_url()
     if configured:

@@ -33,10 +33,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provision import environment, install, registry
-from provision.bundle_format import CHUNK, MANIFEST, BundleError, Manifest, Member, member_name
-from provision.bundle_io import Reader, Source, open_source
 from provision.environment import EnvDir
 from provision.errors import InstallError, UsageError
+from provision.install import installers
+from provision.rollout.bundle_format import (
+    CHUNK,
+    MANIFEST,
+    BundleError,
+    Manifest,
+    Member,
+    member_name,
+)
+from provision.rollout.bundle_io import Reader, Source, open_source
 from provision.verify import VerifyResult
 
 Progress = Callable[[str], None]
@@ -84,7 +92,7 @@ def install_from_bundle(
     name: str | None = None,
     out: Path | None = None,
     prefix: Path | None = None,
-    installer: install.Installer = "auto",
+    installer: installers.Installer = "auto",
     solver: str = "auto",
     require_gpu: bool = False,
     verify: bool = True,
@@ -175,7 +183,7 @@ def preflight(manifest: Manifest, require_gpu: bool) -> list[str]:
     from packaging.version import InvalidVersion, Version
 
     from provision import tools
-    from provision.bundle import host_glibc
+    from provision.rollout.bundle import host_glibc
 
     req = manifest.requires
     problems = []
@@ -343,15 +351,15 @@ def _same_tree(a: Path, b: Path) -> bool:
     return files(a) == files(b)
 
 
-def _offline(env: EnvDir, manifest: Manifest, staging: Path, solver: str) -> install.Offline:
+def _offline(env: EnvDir, manifest: Manifest, staging: Path, solver: str) -> installers.Offline:
     """Where the build finds each file. conda path: a copy of the lock whose pip URLs name the
     staged wheels; its conda packages are found in the staged package cache by provision-conda
     (so conda-meta keeps the channel's URLs), or named by file:// URLs for another solver."""
     wheels = staging / "wheels"
     if env.path != "conda":
-        return install.Offline(wheels)
+        return installers.Offline(wheels)
     from provision import tools
-    from provision.lockinputs import dump_yaml, load_yaml
+    from provision.lock.lockinputs import dump_yaml, load_yaml
 
     builtin = Path(tools.solver(solver)).name == "provision-conda"
     data = load_yaml(env.lock)
@@ -367,14 +375,14 @@ def _offline(env: EnvDir, manifest: Manifest, staging: Path, solver: str) -> ins
             pkg["url"] = (staging / rel).as_uri()
     path = staging / "conda-lock.offline.yml"
     path.write_text(dump_yaml(data), encoding="utf-8")
-    return install.Offline(wheels, path, staging / "conda" if builtin else None)
+    return installers.Offline(wheels, path, staging / "conda" if builtin else None)
 
 
 def _toolkit_args(manifest: Manifest, staging: Path, args: tuple[str, ...]) -> tuple[str, ...]:
     """system path: the staged runfile and cuDNN archive, for install-system.sh."""
     if manifest.path != "system":
         return args
-    from provision.bundle_fetch import system_values
+    from provision.rollout.bundle_fetch import system_values
 
     values = system_values(staging / "env" / manifest.name / "system.env")
     extra: list[str] = []

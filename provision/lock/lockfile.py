@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provision import lockinputs, pylock
-from provision.lockinputs import Target, strip_auth
-from provision.requirements import normal_requirement, pins
+from provision.lock import lockinputs, pylock
+from provision.lock.lockinputs import Target, strip_auth
+from provision.lock.requirements import normal_requirement, pins
 
 # 1: a digest of the input files' bytes. 2: of their meaning, plus the body's digest and end line.
 FORMAT = 2

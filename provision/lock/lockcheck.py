@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from provision import lockinputs
 from provision.errors import LockInvalid, StaleError
-from provision.lockfile import END_TAG, FORMAT, digest, read_lock, sha256, what_changed
-from provision.lockinputs import Environment, Target, load_yaml, one_line
-from provision.requirements import (
+from provision.lock import lockinputs
+from provision.lock.lockfile import END_TAG, FORMAT, digest, read_lock, sha256, what_changed
+from provision.lock.lockinputs import Environment, Target, load_yaml, one_line
+from provision.lock.requirements import (
     applies,
     closure_problems,
     marker_environment,

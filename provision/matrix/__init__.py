@@ -24,7 +24,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-DATA_FILE = Path(__file__).parent / "data" / "matrix.toml"
+DATA_FILE = Path(__file__).parent.parent / "data" / "matrix.toml"
 SCHEMA = 1
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision import _proc
-from provision.bundle_format import CHUNK, BundleError, manylinux_platforms
+from provision.rollout.bundle_format import CHUNK, BundleError, manylinux_platforms
 
 Progress = Callable[[str], None]
 PIP_TIMEOUT = 3600.0
@@ -224,7 +224,7 @@ def pip_reason(done: _proc.Completed) -> str:
 def lock_wheels(lock: Path, target: Target, cache: Cache, progress: Progress) -> list[Item]:
     """Every wheel of a requirements lock for the target, each one of the lock's hashes: from the
     cache, the missing ones through `pip download --require-hashes --no-deps`."""
-    from provision.requirements import parse_lock
+    from provision.lock.requirements import parse_lock
 
     pins = parse_lock(lock.read_text(encoding="utf-8"))
     folder = cache.folder("wheels")
@@ -281,7 +281,7 @@ def lock_wheels(lock: Path, target: Target, cache: Cache, progress: Progress) ->
 
 def conda_packages(lock: Path, subdir: str, cache: Cache, progress: Progress) -> list[Item]:
     """The conda packages (and pip wheels) conda-lock.yml names for `subdir`, by their URLs."""
-    from provision.lockinputs import load_yaml
+    from provision.lock.lockinputs import load_yaml
 
     data = load_yaml(lock) or {}
     entries = [p for p in data.get("package") or [] if p.get("platform") == subdir]

@@ -226,19 +226,9 @@ def collect(
 COLUMNS = ("host", "GPUs", "driver", "release", "path", "result", "time")
 
 
-def _row(r: FleetResult, h: HostResult) -> list[str]:
+def row(r: FleetResult, h: HostResult) -> list[str]:
+    """One host's line of the summary, in COLUMNS' order (the terminal table and the page)."""
     return [h.host, h.gpus, h.driver, r.release, r.path, h.status.value, f"{h.seconds:.1f} s"]
-
-
-def table(r: FleetResult) -> str:
-    from provision.present import grid
-
-    lines = [grid(COLUMNS, [_row(r, h) for h in r.hosts])]
-    lines += [f"  {h.host}: {h.detail}" for h in r.hosts if h.detail and not h.status.ok]
-    counts = ", ".join(f"{n} {s}" for s, n in sorted(r.counts().items()))
-    mode = " (dry run: nothing was changed)" if r.check else ""
-    lines.append(f"{r.name}: {len(r.hosts)} host(s): {counts or 'none reached'}{mode}")
-    return "\n".join(lines)
 
 
 _CSS = """
@@ -270,7 +260,7 @@ def page(r: FleetResult) -> str:
     e = html.escape
     rows = "\n".join(
         "<tr>"
-        + "".join(f"<td>{e(c)}</td>" for c in _row(r, h)[:5])
+        + "".join(f"<td>{e(c)}</td>" for c in row(r, h)[:5])
         + f"<td>{_badge(h.status)}<div class=detail>{e(h.detail)}</div></td>"
         + f'<td class="num">{h.seconds:.1f} s</td></tr>'
         for h in r.hosts

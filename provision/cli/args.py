@@ -5,41 +5,12 @@ can hold, version numbers in ASCII digits, finite numbers. Each refusal is a Cli
 from __future__ import annotations
 
 import math
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 import click
 
-NAME_MAX = 255
-PATH_MAX = 4096
-
-
-def _limits(path: str) -> tuple[int, int]:
-    """NAME_MAX and PATH_MAX of the file system the path is on (its nearest existing folder)."""
-    probe = Path(path).absolute()
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
-    except (OSError, ValueError):
-        return NAME_MAX, PATH_MAX
-
-
-def path_problem(path: str) -> str | None:
-    """Why the file system cannot hold this path, or None."""
-    if not path.strip():
-        return "is empty"
-    if "\0" in path:
-        return "holds a NUL character"
-    name_max, path_max = _limits(path)
-    longest = max((len(os.fsencode(p)) for p in Path(path).parts), default=0)
-    if longest > name_max:
-        return f"has a name of {longest} bytes; this file system allows {name_max}"
-    if len(os.fsencode(os.path.abspath(path))) >= path_max:
-        return f"is longer than this file system allows ({path_max} bytes)"
-    return None
+from provision.paths import path_problem
 
 
 class SafePath(click.Path):
@@ -82,8 +53,8 @@ def size(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
     """A size such as 4G or 650M (bundle --split), checked now rather than after downloading."""
     if value is None:
         return None
-    from provision import bundle_format
     from provision.errors import ProvisionError
+    from provision.rollout import bundle_format
 
     if not value.isascii():
         raise click.BadParameter(f"takes a size such as 4G, 650M or 63000000, not {value[:40]!r}")
@@ -94,23 +65,6 @@ def size(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
     if parsed > 2**50:
         raise click.BadParameter(f"{value[:40]!r} is larger than any disk (1 PiB at most)")
     return value
-
-
-def writable_target(path: Path, flag: str) -> None:
-    """A file or folder provision will create at path: its nearest existing folder must be a
-    folder we may write into. Checked before the work that produces it."""
-    from provision.errors import ProvisionError, UsageError
-
-    probe = Path(path).absolute()
-    if probe.exists() and not probe.is_dir() and flag in ("--prefix", "--report-dir", "--wheel"):
-        raise UsageError(f"{flag} {path} is a file, not a folder")
-    parent = probe if probe.is_dir() else probe.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ProvisionError(f"{flag} {path}: {parent} is not writable; choose another place")
 
 
 def platform_note(platform: str) -> str | None:

@@ -16,10 +16,11 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from provision import _children, _proc, spec, tools
-from provision.condapip import add_pip_part
+from provision import _children, _proc, tools
 from provision.errors import LockError, UsageError
-from provision.lockinputs import Target, dump_yaml, env_channels, load_yaml
+from provision.lock.condapip import add_pip_part
+from provision.lock.lockinputs import Target, dump_yaml, env_channels, load_yaml
+from provision.matrix import spec
 
 CONDA_LOCK_TIMEOUT_S = 1800
 

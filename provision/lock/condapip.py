@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from provision import _proc, pylock, tools
+from provision import _proc, tools
 from provision.errors import LockError
-from provision.lockinputs import Target, dump_yaml, load_yaml
-from provision.pylock import AsOf
-from provision.requirements import norm, parse_lock, pep440
+from provision.lock import pylock
+from provision.lock.lockinputs import Target, dump_yaml, load_yaml
+from provision.lock.pylock import AsOf
+from provision.lock.requirements import norm, parse_lock, pep440
 
 
 def add_pip_part(

@@ -8,6 +8,7 @@ from pathlib import Path
 from provision import environment
 from provision.built import Listed
 from provision.registry import Record
+from provision.rollout.fleet_report import COLUMNS, FleetResult, row
 
 
 def grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -98,4 +99,16 @@ def show(env: environment.EnvDir, rec: Record | None) -> str:
         _row("activate", enter),
         _row("run", f"provision run {env.name} -- python train.py"),
     ]
+    return "\n".join(lines)
+
+
+# -- a fleet run's summary ------------------------------------------------------------------
+
+
+def fleet_table(r: FleetResult) -> str:
+    lines = [grid(COLUMNS, [row(r, h) for h in r.hosts])]
+    lines += [f"  {h.host}: {h.detail}" for h in r.hosts if h.detail and not h.status.ok]
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(r.counts().items()))
+    mode = " (dry run: nothing was changed)" if r.check else ""
+    lines.append(f"{r.name}: {len(r.hosts)} host(s): {counts or 'none reached'}{mode}")
     return "\n".join(lines)

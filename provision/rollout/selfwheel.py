@@ -30,11 +30,11 @@ def wheel_name() -> str:
 
 def _package_files() -> dict[str, Path]:
     """archive name -> file on disk, for the package and the templates render reads."""
-    from provision import render
+    from provision import paths
 
     files: dict[str, Path] = {}
     roots = [(PACKAGE, "provision")]
-    templates = render.templates_dir().resolve()
+    templates = paths.templates_dir().resolve()
     if not templates.is_relative_to(PACKAGE):  # a checkout keeps them beside the package
         roots.append((templates, "provision/templates"))
     for root, prefix in roots:

@@ -12,7 +12,8 @@ from typing import Any
 import click
 
 from provision import __version__
-from provision.cli_common import (
+from provision.cli.args import SafePath, finite, nonblank, version_xy
+from provision.cli.common import (
     PATH_CHOICES,
     VERBOSITY,
     F,
@@ -27,7 +28,6 @@ from provision.cli_common import (
     out_option,
     presenter,
 )
-from provision.cliargs import SafePath, finite, nonblank, version_xy
 from provision.errors import ProvisionError
 
 
@@ -80,7 +80,8 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def matrix_cmd(tf: str | None, as_json: bool) -> None:
     """The compatibility table: TensorFlow, Python, CUDA, cuDNN, driver, GPUs, channels, sources."""
-    from provision import matrix, table
+    from provision import matrix
+    from provision.cli import table
 
     m = matrix.load()
     if as_json:
@@ -174,6 +175,7 @@ def lock_cmd(
 ) -> None:
     """Lock envs/NAME: conda-lock.yml (conda path), requirements.lock with hashes (pip, system)."""
     from provision import lock
+    from provision.errors import StaleError
     from provision.progress import Event
 
     found = _find(name, out)
@@ -186,10 +188,10 @@ def lock_cmd(
         cache_dir=cache_dir,
     )  # fmt: skip
     shown.close()
+    if result.outcome == "stale":
+        raise StaleError(result.summary)
     for line in result.lines:
         click.echo(line)
-    if not result.ok:
-        sys.exit(1)
 
 
 def bundle_install_options(f: F) -> F:
@@ -352,7 +354,7 @@ def doctor_cmd(tf: str | None, as_json: bool, root: Path | None) -> None:
     Exit 0 when the host can run the release asked for (any release without --tf), 1 otherwise.
     """
     from provision import doctor, matrix
-    from provision.cliargs import platform_note
+    from provision.cli.args import platform_note
     from provision.doctor import report
 
     note = platform_note(sys.platform)
@@ -427,7 +429,7 @@ def _install_from_bundle(
     as_json: bool, script_args: tuple[str, ...], *, bundle: Path, require_gpu: bool,
     no_verify: bool, quiet: bool,
 ) -> None:  # fmt: skip
-    from provision import unbundle
+    from provision.rollout import unbundle
 
     if name is not None and name.startswith("-"):  # `install --from-bundle B -- --opt`: no NAME
         script_args = (name, *script_args)
@@ -451,7 +453,7 @@ def _install_from_bundle(
 
 def _register_use_commands() -> None:
     """bench, list, show, remove, run, kernel, export, fleet, bundle: after the workflow's own."""
-    from provision import cli_use
+    from provision.cli import use as cli_use
 
     for command in (
         cli_use.bench_cmd, cli_use.list_cmd, cli_use.show_cmd, cli_use.remove_cmd,

@@ -29,11 +29,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import _proc, fleet_report, selfwheel
+from provision import _proc
 from provision.environment import EnvDir
 from provision.errors import ProvisionError, ToolMissing, UsageError
+from provision.rollout import fleet_report, selfwheel
 
-ANSIBLE_DIR = Path(__file__).with_name("ansible")
+ANSIBLE_DIR = Path(__file__).parent.parent / "ansible"
 ROLES = ANSIBLE_DIR / "roles"
 CALLBACKS = ANSIBLE_DIR / "callback_plugins"
 ROLE = "provision_env"
@@ -61,8 +62,15 @@ class Options:
 # -- what is generated next to the environment ------------------------------------------------
 
 
-def _yaml_str(value: str) -> str:
-    return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+def _yaml(data: object) -> str:
+    """yaml.safe_dump, with lists indented under their key as ansible-lint's yamllint wants."""
+    import yaml
+
+    class Indented(yaml.SafeDumper):
+        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+            super().increase_indent(flow, False)
+
+    return str(yaml.dump(data, Dumper=Indented, sort_keys=False, width=1000))
 
 
 def vars_text(env: EnvDir) -> str:
@@ -84,10 +92,7 @@ def vars_text(env: EnvDir) -> str:
         f"# provision fleet: {env.name} for the {ROLE} role that ships with provision.",
         f"# Written by `provision fleet {env.name}`, which rewrites it. No hosts, no secrets.",
     ]
-    lines += [f"{k}: {_yaml_str(v)}" for k, v in values.items()]
-    lines.append("provision_env_files:")
-    lines += [f"  - {_yaml_str(f)}" for f in files]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _yaml({**values, "provision_env_files": files})
 
 
 def playbook_text(env: EnvDir) -> str:
@@ -102,14 +107,10 @@ def playbook_text(env: EnvDir) -> str:
 # Hosts with no network: instead of the wheel, an offline bundle (provision bundle {env.name};
 # its parts, if split, all of them in order):
 #     -e '{{"provision_env_bundle": ["/path/to/{env.name}.bundle.tar"]}}'
-- name: Roll out {env.name}
-  hosts: all
-  gather_facts: false
-  vars_files:
-    - vars.yml
-  roles:
-    - role: {ROLE}
-"""
+""" + _yaml([{
+        "name": f"Roll out {env.name}", "hosts": "all", "gather_facts": False,
+        "vars_files": ["vars.yml"], "roles": [{"role": ROLE}],
+    }])  # fmt: skip
 
 
 def generated(env: EnvDir) -> dict[str, str]:
@@ -200,8 +201,8 @@ def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
     import tarfile
 
     from provision import install
-    from provision.bundle_format import CHUNK, MANIFEST, BundleError, Manifest, member_name
-    from provision.bundle_io import Reader, open_source
+    from provision.rollout.bundle_format import CHUNK, MANIFEST, BundleError, Manifest, member_name
+    from provision.rollout.bundle_io import Reader, open_source
 
     source = open_source(path)  # every part present, of one bundle, of its size
     reader = Reader(source)

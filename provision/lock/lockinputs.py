@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision import matrix, spec
+from provision import matrix
 from provision.errors import LockError, UsageError
-from provision.requirements import parse_requirements
+from provision.lock.requirements import parse_requirements
+from provision.matrix import spec
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
@@ -91,10 +92,13 @@ def load_yaml(path: Path | str) -> Any:
 
 
 def dump_yaml(data: Any) -> str:
-    """What conda-lock's writer produces (PyYAML's dump, insertion order), through libyaml."""
+    """What conda-lock's writer produces (PyYAML's dump, insertion order), through libyaml; the
+    safe dumper: a lock holds plain data only."""
     import yaml
 
-    return str(yaml.dump(data, sort_keys=False, Dumper=getattr(yaml, "CDumper", yaml.Dumper)))
+    return str(
+        yaml.dump(data, sort_keys=False, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+    )
 
 
 def one_line(exc: BaseException) -> str:

@@ -1,5 +1,5 @@
 """Commands that use built environments, share them and measure them: bench, list, show,
-remove, run, kernel, export, fleet, bundle. Click wiring only, as provision/cli.py.
+remove, run, kernel, export, fleet, bundle. Click wiring only, as commands.py.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any
 
 import click
 
-from provision.cli_common import (
+from provision.cli.args import SafePath, finite, nonblank, size, version_xy
+from provision.cli.common import (
     _find,
     _progress,
     emit_json,
     find_option,
     presenter,
 )
-from provision.cliargs import SafePath, finite, nonblank, size, version_xy
 
 
 @click.command("bench")
@@ -149,7 +149,8 @@ def bench_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_cmd(as_json: bool) -> None:
     """The environments built on this machine: release, path, prefix, GPU or CPU, last verify."""
-    from provision import built, present
+    from provision import built
+    from provision.cli import present
 
     items = built.listing()
     if as_json:
@@ -164,7 +165,7 @@ def list_cmd(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show_cmd(name: str, out: Path | None, as_json: bool) -> None:
     """One environment: what it is, where it is built, how to enter it, its last verify."""
-    from provision import present
+    from provision.cli import present
 
     found = _find(name, out)
     if as_json:
@@ -277,20 +278,21 @@ def fleet_cmd(
 ) -> None:
     """Roll NAME out to the inventory's hosts with Ansible: doctor, install from the committed
     lock, GPU policy, verify, on each host; a summary, fleet.json and fleet.html at the end."""
-    from provision import fleet, fleet_report, selfwheel
+    from provision.cli import present
+    from provision.rollout import fleet, selfwheel
 
     if roles_path or wheel_dir:
         click.echo(fleet.ROLES if roles_path else selfwheel.build(wheel_dir or Path(".")))
         return
     if name is None or inventory is None:
         raise click.UsageError("give an environment NAME and --inventory FILE")
-    from provision.cliargs import writable_target
+    from provision.paths import writable_target
 
     if report_dir is not None:
         writable_target(report_dir, "--report-dir")  # before a playbook is written or run
     options = fleet.Options(inventory, limit, check, forks, bundle, report_dir)
     result = fleet.run(_find(name, out).env, options)
-    click.echo(fleet_report.table(result))
+    click.echo(present.fleet_table(result))
     click.echo(f"reports: {result.files['json']}, {result.files['html']}")
     if as_json:
         emit_json(result.as_json())
@@ -326,8 +328,8 @@ def bundle_cmd(
     cache_dir: Path | None, provision_wheels: Path | None, quiet: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """One archive holding everything needed to build NAME on a machine with no network."""
-    from provision import bundle, bundle_format
-    from provision.cliargs import writable_target
+    from provision.paths import writable_target
+    from provision.rollout import bundle, bundle_format
 
     writable_target(output or Path(f"{name}.bundle.tar"), "-o")  # before any download
     result = bundle.build(

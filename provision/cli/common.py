@@ -1,6 +1,6 @@
 """What every command of the CLI shares: its options, how names are found, JSON, progress.
 
-Kept apart from provision/cli.py (the group and the workflow's commands) and provision/cli_use.py
+Kept apart from commands.py (the group and the workflow's commands) and use.py
 (the commands that use, share and measure built environments), which both build on it.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from provision.cliargs import SafePath
+from provision.cli.args import SafePath
 
 F = TypeVar("F", bound=Callable[..., Any])
 PATH_CHOICES = ("conda", "system", "pip")

@@ -18,11 +18,7 @@ import contextlib
 import hashlib
 import json
 import os
-import platform
-import re
 import shutil
-import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -31,30 +27,16 @@ from typing import Literal
 
 from provision import _proc, environment, registry, tools
 from provision.environment import EnvDir, interpreter
-from provision.errors import InstallError, ProvisionError, ToolMissing, UsageError
+from provision.errors import InstallError, ProvisionError, UsageError
+from provision.install import installers
+from provision.install.installers import Installer, Offline
 from provision.progress import Event, Report, nothing
+from provision.steps import StepResult
 from provision.toolout import InstallerLines
 
 MARKER = ".provision-install.json"
 MARKER_SCHEMA = 2
-INSTALL_TIMEOUT = 3600.0
 LOCK_WAIT_S = 5.0
-Installer = Literal["auto", "uv", "pip"]
-
-
-@dataclass(frozen=True)
-class Offline:
-    """Where every file of the lock already is, for a build that asks no index and no channel
-    (`install --from-bundle`): a folder of the lock's wheels, and on the conda path a copy of the
-    lock whose URLs name local files (same packages, same hashes)."""
-
-    find_links: Path
-    conda_lock: Path | None = None
-    conda_pkgs: Path | None = None  # a package cache that holds every conda package of the lock
-
-    def environ(self) -> dict[str, str]:
-        pkgs = {"CONDA_PKGS_DIRS": str(self.conda_pkgs)} if self.conda_pkgs else {}
-        return {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(self.find_links), **pkgs}
 
 
 @dataclass(frozen=True)
@@ -68,6 +50,11 @@ class InstallResult:
     skipped: bool  # the prefix was already complete for this lock; nothing was touched
     seconds: float
     output: str = ""  # what the system path's install script printed (its plan, its steps)
+
+    def as_step(self) -> StepResult:
+        if self.skipped:
+            return StepResult("install", "skipped", [f"{self.prefix} already built from this lock"])
+        return StepResult("install", "done", [f"built {self.prefix} with {self.installer}"])
 
     def as_json(self) -> dict[str, object]:
         extra = {"output": self.output} if self.output else {}
@@ -143,221 +130,6 @@ def is_installed(env: EnvDir, prefix: Path) -> bool:
     return state_of(prefix, inputs_digest(env)) == "complete"
 
 
-# -- installers ------------------------------------------------------------------------------
-
-
-def uv_index_args() -> list[str]:
-    """The index the pip-path lock was resolved against (pip's index-url, as `provision lock`
-    reads it), and nothing from uv's configuration: every file comes from where the lock looked."""
-    from provision import pylock
-
-    url = pylock.pip_index_url()
-    return ["--no-config", *(["--index-url", url] if url else [])]
-
-
-def pip_install_argv(venv_python: Path, lock: Path, find_links: Path | None = None) -> list[str]:
-    local = ["--no-index", "--find-links", str(find_links)] if find_links else []
-    return [
-        str(venv_python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check",
-        "--require-hashes", "--no-deps", "-r", str(lock), *local,
-    ]  # fmt: skip
-
-
-def uv_install_argv(uv: str, venv_python: Path, lock: Path, find_links: Path | None = None
-                    ) -> list[str]:  # fmt: skip
-    where = (["--no-config", "--no-index", "--find-links", str(find_links)] if find_links
-             else uv_index_args())  # fmt: skip
-    return [
-        uv, "pip", "install", "--python", str(venv_python),
-        "--require-hashes", "--no-deps", "-r", str(lock), *where,
-    ]  # fmt: skip
-
-
-# -- building --------------------------------------------------------------------------------
-
-
-_LOG_PREFIX = re.compile(r"^(?:(?:ERROR|WARNING|INFO|DEBUG):root:)\s*")
-# pip marks its failure summary with a multiplication sign ("\u00d7 Building wheel ... failed").
-_ERROR_LINE = re.compile(
-    r"^(?:error|ERROR|CondaError|\w+Error|Caused by|cause)\b|No space left|\u00d7"
-)
-
-
-def _reason(done: _proc.Completed, lines: int = 3) -> str:
-    """The installer's own explanation: its error lines (pip's inside conda-lock's log included),
-    else the last lines it printed, never a Python traceback's frames."""
-    text = "\n".join((done.stdout, done.stderr))
-    clean = [_LOG_PREFIX.sub("", ln).strip() for ln in text.splitlines()]
-    clean = [ln for ln in clean if ln and not ln.startswith(('File "', "Traceback", "raise "))]
-    errors = list(dict.fromkeys(ln for ln in clean if _ERROR_LINE.search(ln)))
-    keep = errors[-lines:] or clean[-lines:]
-    return " | ".join(keep) or "(no output)"
-
-
-def _explain(what: str, done: _proc.Completed, prefix: Path) -> InstallError:
-    reason = _reason(done)
-    hint = "check the package index and network, then re-run"
-    if any(s in reason for s in ("No space left on device", "ENOSPC", "Disk quota")):
-        hint = f"free disk space on the file system of {prefix.parent}, or use --prefix elsewhere"
-    elif "Failed building wheel" in reason or "Could not build wheels" in reason:
-        hint = "the lock names a source distribution that cannot be built here; re-lock"
-    return InstallError(
-        f"{what} failed (exit {done.returncode}): {reason}; "
-        f"nothing was installed at {prefix}; {hint}"
-    )
-
-
-def _run_step(
-    what: str,
-    argv: list[str],
-    prefix: Path,
-    env: Mapping[str, str] | None = None,
-    lock_fd: int | None = None,
-    report: Report = nothing,
-) -> None:
-    """One installer run. It holds the prefix's build lock too (lock_fd), and dies with provision,
-    so no installer can go on writing into the prefix once a re-run may rebuild it. What it
-    prints is reported as it comes (downloads, sizes, rates)."""
-    keep = () if lock_fd is None else (lock_fd,)
-    report(Event("info", what))
-    lines = InstallerLines(report)
-    try:
-        done = _proc.stream(argv, lines, timeout=INSTALL_TIMEOUT, env=env, keep_fds=keep)
-        lines.close()
-    except ToolMissing:
-        raise
-    except ProvisionError as exc:
-        raise InstallError(f"{what}: {exc}; nothing was installed at {prefix}") from exc
-    if not done:
-        raise _explain(what, done, prefix)
-
-
-def _build_pip(
-    env: EnvDir, prefix: Path, installer: Installer, lock_fd: int | None,
-    offline: Offline | None = None, report: Report = nothing,
-) -> str:  # fmt: skip
-    links = offline.find_links if offline else None
-    base_python = tools.find_python(env.python)
-    uv = tools.uv_or_none() if installer in ("auto", "uv") else None
-    if installer == "uv" and uv is None:
-        raise ToolMissing("uv is not available; install it or use --installer pip")
-    venv_python = interpreter(prefix)
-    lock = env.lock.absolute()
-    if uv:
-        _run_step(
-            "creating the venv",
-            [uv, "venv", "--quiet", "--no-config", "--allow-existing",
-             "--python", str(base_python), str(prefix)],
-            prefix, lock_fd=lock_fd, report=report,
-        )  # fmt: skip
-        argv = uv_install_argv(uv, venv_python, lock, links)
-        _run_step("uv pip install", argv, prefix, lock_fd=lock_fd, report=report)
-        used = "uv"
-    else:
-        _run_step(
-            "creating the venv",
-            [str(base_python), "-m", "venv", str(prefix)],
-            prefix,
-            lock_fd=lock_fd,
-            report=report,
-        )
-        argv = pip_install_argv(venv_python, lock, links)
-        _run_step("pip install", argv, prefix, lock_fd=lock_fd, report=report)
-        used = "pip"
-    environment.install_hooks(env, prefix)
-    return used
-
-
-def _build_conda(
-    env: EnvDir, prefix: Path, solver: str, lock_fd: int | None, offline: Offline | None = None,
-    report: Report = nothing,
-) -> str:  # fmt: skip
-    conda = tools.solver(solver)
-    lock = offline.conda_lock if offline and offline.conda_lock else env.lock
-    # -I: `python -m` would put the working directory first on sys.path, and a stray build.py or
-    # yaml.py there would be imported in place of conda-lock's own dependencies.
-    argv = [
-        sys.executable, "-I", "-m", "conda_lock", "install", "--conda", conda,
-        "--prefix", str(prefix), str(lock.absolute()),
-    ]  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="provision-pip-guard-") as guard:
-        run_env = {**_pip_guard(Path(guard)), **(offline.environ() if offline else {})}
-        _run_step("conda-lock install", argv, prefix, env=run_env, lock_fd=lock_fd,
-                  report=report)  # fmt: skip
-    _check_pip_part(env.lock, prefix)
-    environment.install_hooks(env, prefix)
-    return "conda-lock"
-
-
-_PIP_GUARD = """#!/bin/sh
-# Written by provision install: conda-lock runs `pip` through the solver with the environment's
-# bin/ first on PATH. Should the environment have no pip there, this runs its Python's pip module
-# instead of letting another pip on PATH install into some other interpreter.
-if [ -n "${CONDA_PREFIX:-}" ] && [ -x "$CONDA_PREFIX/bin/python" ]; then
-    exec "$CONDA_PREFIX/bin/python" -m pip "$@"
-fi
-echo "provision: no Python in ${CONDA_PREFIX:-the environment} to run pip with" >&2
-exit 127
-"""
-
-
-def _pip_guard(folder: Path) -> dict[str, str]:
-    """PATH with a guard `pip` right after the environment's bin/ (which the solver prepends)."""
-    for name in ("pip", "pip3"):
-        script = folder / name
-        script.write_text(_PIP_GUARD, encoding="utf-8")
-        script.chmod(0o755)
-    return {"PATH": os.pathsep.join([str(folder), os.environ.get("PATH", "")])}
-
-
-_VERSIONS_OF = """
-import json, sys
-from importlib import metadata
-found = {}
-for name in sys.argv[1:]:
-    try:
-        found[name] = metadata.version(name)
-    except metadata.PackageNotFoundError:
-        found[name] = None
-print(json.dumps(found))
-"""
-
-
-def host_subdir() -> str:
-    machine = platform.machine().lower()
-    arch = {"x86_64": "64", "amd64": "64", "aarch64": "aarch64", "arm64": "aarch64"}.get(machine)
-    return f"{sys.platform.replace('darwin', 'osx')}-{arch or machine}"
-
-
-def _check_pip_part(lock_file: Path, prefix: Path) -> None:
-    """conda-lock runs `pip` through the solver's `run`: should the prefix lack a working pip, the
-    first pip on PATH would install elsewhere and the step would still succeed. Check the result."""
-    import yaml
-
-    data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
-    wanted = {
-        str(p["name"]): str(p["version"])
-        for p in data.get("package") or []
-        if p.get("manager") == "pip" and p.get("platform") == host_subdir()
-    }
-    if not wanted:
-        return
-    done = _proc.run(
-        [str(interpreter(prefix)), "-c", _VERSIONS_OF, *sorted(wanted)], timeout=120, check=False
-    )
-    try:
-        found = json.loads(done.stdout) if done else {}
-    except ValueError:
-        found = {}
-    wrong = sorted(n for n, v in wanted.items() if found.get(n) != v)
-    if wrong:
-        raise InstallError(
-            f"conda-lock install finished, but {prefix} lacks the pip packages "
-            f"{', '.join(wrong[:5])}{' ...' if len(wrong) > 5 else ''} (was pip run from outside "
-            f"the environment?); nothing was installed at {prefix}"
-        )
-
-
 def _clear(prefix: Path) -> None:
     if prefix.is_symlink() or prefix.is_file():
         prefix.unlink()
@@ -418,7 +190,7 @@ def install(
 def check_prefix(target: Path) -> None:
     """Before anything is written: the prefix can be built here and registered (its path fits
     the file system, it is not a file, its folder is writable, PROVISION_HOME is usable)."""
-    from provision.cliargs import path_problem, writable_target
+    from provision.paths import path_problem, writable_target
 
     why = path_problem(str(target))
     if why:
@@ -612,9 +384,9 @@ def _build(
             _write_marker(staging, record)
             staging.rename(target)
         if env.path == "conda":
-            used = _build_conda(env, target, solver, lock_fd, offline, report)
+            used = installers.build_conda(env, target, solver, lock_fd, offline, report)
         else:
-            used = _build_pip(env, target, installer, lock_fd, offline, report)
+            used = installers.build_pip(env, target, installer, lock_fd, offline, report)
         _write_marker(target, {**record, "state": "complete", "installer": used})
     except BaseException:
         if kept:
@@ -661,13 +433,16 @@ def _install_system(
         }
         report(Event("info", f"running {script.name} --vars {variables.name}"))
         lines = InstallerLines(report)  # its steps as they run: it says what it is doing
-        done = _proc.stream(argv, lines, cwd=env.root, env=pip_env, timeout=INSTALL_TIMEOUT)
+        done = _proc.stream(
+            argv, lines, cwd=env.root, env=pip_env, timeout=installers.INSTALL_TIMEOUT
+        )
         lines.close()
     except ProvisionError as exc:
         raise InstallError(f"{script.name} --vars {variables}: {exc}") from exc
     if not done:
         raise InstallError(
-            f"{script.name} --vars {variables} failed (exit {done.returncode}): {_reason(done)}"
+            f"{script.name} --vars {variables} failed (exit {done.returncode}): "
+            f"{installers.reason(done)}"
         )
     venv = system_venv(env, prefix, script_args)
     lock_sha = sha256_file(env.lock) if env.lock.is_file() else ""

@@ -16,23 +16,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision import condalock, lockfile, pylock
-from provision.errors import UsageError
-from provision.lockcheck import verify
-from provision.lockinputs import Target, load_target, load_yaml
+from provision.errors import StaleError, UsageError
+from provision.lock import condalock, lockfile, pylock
+from provision.lock.lockcheck import verify
+from provision.lock.lockinputs import Target, load_target, load_yaml
+from provision.steps import StepResult
 from provision.tools import SOLVERS
 from provision.tools import solver as solver_exe  # the name tests know
 
-__all__ = ["SOLVERS", "Result", "Target", "check_lock", "load_yaml", "run", "solver_exe"]
-
-
-@dataclass
-class Result:
-    lines: list[str] = field(default_factory=list)
-    ok: bool = True
+__all__ = ["SOLVERS", "Target", "check_lock", "load_yaml", "run", "solver_exe"]
 
 
 def run(
@@ -44,7 +38,9 @@ def run(
     solver: str = "auto",
     check: bool = False,
     cache_dir: Path | None = None,
-) -> Result:
+) -> StepResult:
+    """`provision lock`: done when a lock was written; with check, done when the lock is fresh
+    and stale (the reason as its line) when it is missing, edited or out of date."""
     target = load_target(out, name)
     plats = list(dict.fromkeys(platforms)) or list(target.spec.platforms)
     if target.spec.path != "conda" and channels:
@@ -59,8 +55,11 @@ def run(
     rel = f"{out.name}/{name}/{target.lock_path.name}"
     regen = lockfile.regen_command(target, plats, channels)
     if check:
-        count = verify(target, data, rel, regen)
-        return Result([f"{rel} is up to date ({count} packages)"])
+        try:
+            count = verify(target, data, rel, regen)
+        except StaleError as exc:
+            return StepResult("lock", "stale", [str(exc)])
+        return StepResult("lock", "done", [f"{rel} is up to date ({count} packages)"])
     started = time.monotonic()
     if target.spec.path == "conda":
         condalock.check_virtual_platforms(target, plats)
@@ -72,7 +71,7 @@ def run(
     text = lockfile.header(target, data, regen, lockfile.sha256(full_body)) + full_body
     lockfile.write_atomic(target.lock_path, text)
     seconds = time.monotonic() - started
-    return Result([f"wrote {rel} ({count} packages, {used}, {seconds:.1f} s)"])
+    return StepResult("lock", "done", [f"wrote {rel} ({count} packages, {used}, {seconds:.1f} s)"])
 
 
 def check_lock(out: Path, name: str) -> None:

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from provision.matrix import Matrix, Release
-from provision.spec import PATHS, refusal
+from provision.matrix.spec import PATHS, refusal
 
 
 def _conda_cell(m: Matrix, rel: Release) -> str:

@@ -9,7 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from provision.bundle_fetch import (
+from provision.rollout.bundle_fetch import (
     Cache,
     Item,
     Progress,
@@ -21,7 +21,7 @@ from provision.bundle_fetch import (
     run_pip,
     store,
 )
-from provision.bundle_format import BundleError
+from provision.rollout.bundle_format import BundleError
 
 
 def provision_wheels(
@@ -31,7 +31,7 @@ def provision_wheels(
     `wheelhouse` as they are, else resolved by pip (at this host's versions where it can), from
     the cache alone first and from the index only for what the cache lacks. provision's own
     wheel is selfwheel's: the running package's files, no build backend, no network."""
-    from provision import selfwheel
+    from provision.rollout import selfwheel
 
     if wheelhouse is not None:
         files = sorted(wheelhouse.glob("*.whl"))

@@ -19,10 +19,10 @@ from typing import Any
 
 from provision import _children, _proc, tools
 from provision.errors import LockError, UsageError
-from provision.lockinputs import Target
-from provision.requirements import ARCH, exact_pins, norm, requirement_lines
-from provision.requirements import pins as pins
-from provision.spec import EnvSpec
+from provision.lock.lockinputs import Target
+from provision.lock.requirements import ARCH, exact_pins, norm, requirement_lines
+from provision.lock.requirements import pins as pins
+from provision.matrix.spec import EnvSpec
 from provision.tools import pip_index_url as pip_index_url  # pip's configured index
 
 # The manylinux tags uv's --python-platform accepts (uv 0.9+); a row's glibc floor maps to the

@@ -20,9 +20,12 @@ from importlib import resources
 from pathlib import Path
 from typing import BinaryIO
 
-from provision import bundle_fetch as fetch
-from provision import bundle_self
-from provision.bundle_format import (
+from provision.environment import MANIFEST as ENV_MANIFEST
+from provision.environment import EnvDir
+from provision.errors import StaleError, UsageError
+from provision.rollout import bundle_fetch as fetch
+from provision.rollout import bundle_self
+from provision.rollout.bundle_format import (
     BOOTSTRAP,
     CHUNK,
     GROUPS,
@@ -36,10 +39,7 @@ from provision.bundle_format import (
     tar_info,
     wheel_glibc,
 )
-from provision.bundle_io import Sink
-from provision.environment import MANIFEST as ENV_MANIFEST
-from provision.environment import EnvDir
-from provision.errors import StaleError, UsageError
+from provision.rollout.bundle_io import Sink
 
 Progress = Callable[[str], None]
 
@@ -81,7 +81,7 @@ def target_of(
 ) -> fetch.Target:
     from packaging.version import Version
 
-    from provision.requirements import ARCH
+    from provision.lock.requirements import ARCH
 
     subdir = platform or env.spec.platforms[0]
     if subdir not in ARCH:
@@ -116,7 +116,7 @@ def _conda_glibc(env: EnvDir, subdir: str) -> list[tuple[int, int]]:
     """The __glibc floors the conda packages of the lock declare."""
     import re
 
-    from provision.lockinputs import load_yaml
+    from provision.lock.lockinputs import load_yaml
 
     found = []
     for pkg in (load_yaml(env.lock) or {}).get("package") or []:

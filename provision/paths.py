@@ -1,0 +1,61 @@
+"""Where provision's own files are, and whether a path a user gave can be made: the file system's
+limits (a name or path too long, an empty one) and a folder that is not writable, found before
+any slow work starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from provision.errors import ProvisionError, UsageError
+
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def _limits(path: str) -> tuple[int, int]:
+    """NAME_MAX and PATH_MAX of the file system the path is on (its nearest existing folder)."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX, PATH_MAX
+
+
+def path_problem(path: str) -> str | None:
+    """Why the file system cannot hold this path, or None."""
+    if not path.strip():
+        return "is empty"
+    if "\0" in path:
+        return "holds a NUL character"
+    name_max, path_max = _limits(path)
+    longest = max((len(os.fsencode(p)) for p in Path(path).parts), default=0)
+    if longest > name_max:
+        return f"has a name of {longest} bytes; this file system allows {name_max}"
+    if len(os.fsencode(os.path.abspath(path))) >= path_max:
+        return f"is longer than this file system allows ({path_max} bytes)"
+    return None
+
+
+def writable_target(path: Path, flag: str) -> None:
+    """A file or folder provision will create at path: its nearest existing folder must be a
+    folder we may write into. Checked before the work that produces it."""
+    probe = Path(path).absolute()
+    if probe.exists() and not probe.is_dir() and flag in ("--prefix", "--report-dir", "--wheel"):
+        raise UsageError(f"{flag} {path} is a file, not a folder")
+    parent = probe if probe.is_dir() else probe.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ProvisionError(f"{flag} {path}: {parent} is not writable; choose another place")
+
+
+def templates_dir() -> Path:
+    """Templates ship inside the wheel (force-included); a source checkout keeps them at the top."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "templates"
+    return packaged if packaged.is_dir() else here.parent / "templates"
