@@ -531,3 +531,24 @@ def test_a_lock_older_than_its_inputs_is_refused(index: Index, env: Env) -> None
     code, out = run_cli("install", env.name, "--out", str(env.out))
     assert code == 1 and "is stale (requirements changed" in out, out
     assert not env.prefix.exists()
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        # pip (install.sh's venv step): the disk error inside a "Connection broken" traceback
+        'pip._vendor.urllib3.exceptions.ProtocolError: ("Connection broken: OSError(28, '
+        "'No space left on device')\", OSError(28, 'No space left on device'))\n"
+        "error: pip install into /x/venvs/tf failed (see above); run this script again to retry",
+        # uv
+        "error: Failed to install: tensorflow-2.13.1 (os error 28)",
+    ],
+)
+def test_a_full_disk_is_not_blamed_on_the_network(said: str, tmp_path: Path) -> None:
+    from provision import _proc
+    from provision.install import installers
+
+    done = _proc.Completed(("install.sh",), 1, "", said)
+    message = str(installers.explain("install.sh", done, tmp_path / "venv"))
+    assert "No space left on device" in message and "free disk space" in message
+    assert "network" not in message and "index" not in message

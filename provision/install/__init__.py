@@ -440,6 +440,9 @@ def _install_system(
     except ProvisionError as exc:
         raise InstallError(f"{script.name} --vars {variables}: {exc}") from exc
     if not done:
+        if installers.disk_full(done):
+            where = system_venv(env, prefix, script_args)
+            raise installers.explain(f"{script.name} --vars {variables}", done, where)
         raise InstallError(
             f"{script.name} --vars {variables} failed (exit {done.returncode}): "
             f"{installers.reason(done)}"

@@ -92,15 +92,27 @@ def reason(done: _proc.Completed, lines: int = 3) -> str:
     return " | ".join(keep) or "(no output)"
 
 
-def _explain(what: str, done: _proc.Completed, prefix: Path) -> InstallError:
+DISK_FULL = ("No space left on device", "ENOSPC", "Disk quota", "os error 28")
+
+
+def disk_full(done: _proc.Completed) -> bool:
+    """The installer ran out of disk, wherever in its output it said so (pip says it inside a
+    "Connection broken" error, uv as "os error 28"): not a network failure."""
+    text = done.stdout + done.stderr
+    return any(s in text for s in DISK_FULL)
+
+
+def explain(what: str, done: _proc.Completed, where: Path) -> InstallError:
+    """One line: what failed, the installer's own words, and what to do about it."""
     why = reason(done)
     hint = "check the package index and network, then re-run"
-    if any(s in why for s in ("No space left on device", "ENOSPC", "Disk quota")):
-        hint = f"free disk space on the file system of {prefix.parent}, or use --prefix elsewhere"
+    if disk_full(done):
+        why = f"No space left on device (the disk of {where.parent})"
+        hint = "free disk space there, or use --prefix elsewhere, then re-run"
     elif "Failed building wheel" in why or "Could not build wheels" in why:
         hint = "the lock names a source distribution that cannot be built here; re-lock"
     return InstallError(
-        f"{what} failed (exit {done.returncode}): {why}; nothing was installed at {prefix}; {hint}"
+        f"{what} failed (exit {done.returncode}): {why}; nothing was installed at {where}; {hint}"
     )
 
 
@@ -126,7 +138,7 @@ def _run_step(
     except ProvisionError as exc:
         raise InstallError(f"{what}: {exc}; nothing was installed at {prefix}") from exc
     if not done:
-        raise _explain(what, done, prefix)
+        raise explain(what, done, prefix)
 
 
 def build_pip(
