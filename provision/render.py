@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision import environment, paths
+from provision import environment, paths, yamldoc
 from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
 from provision.matrix import Matrix
@@ -120,6 +120,7 @@ def _environment(root: Path) -> jinja2.Environment:
     env.filters["shquote"] = shlex.quote
     env.filters["tojson"] = _tojson
     env.filters["pyrepr"] = _pyrepr
+    env.filters["yaml"] = yamldoc.dump
     return env
 
 

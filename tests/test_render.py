@@ -979,9 +979,11 @@ HEAVY = ("tensorflow", "conda_lock", "rattler", "yaml", "uv", "pydantic", "ruame
     [
         (["--help"], (*HEAVY, "jinja2")),
         (["matrix", "--json"], (*HEAVY, "jinja2")),
-        (["render", "--all", "--check"], HEAVY),
+        # render writes environment.yml with yaml.safe_dump (PyYAML's C loader: ~10 ms)
+        (["render", "--all", "--check"], tuple(m for m in HEAVY if m != "yaml")),
+        (["render", "--tf", "2.13", "--path", "pip", "--check"], HEAVY),
     ],
-    ids=["help", "matrix", "render"],
+    ids=["help", "matrix", "render", "render-pip"],
 )
 def test_fast_commands_import_nothing_heavy(args: list[str], banned: tuple[str, ...]) -> None:
     proc = subprocess.run(
@@ -999,3 +1001,12 @@ def test_fast_commands_import_nothing_heavy(args: list[str], banned: tuple[str, 
     }
     assert "click" in imported  # the measurement works
     assert imported.isdisjoint(banned), sorted(imported & set(banned))
+
+
+@pytest.mark.parametrize("name", ["1.10", "yes", "null", "0x1f"])
+def test_names_yaml_would_retype_stay_strings_in_environment_yml(name: str) -> None:
+    m = matrix_module.load()
+    spec = resolve(m, "2.13", "conda", None, name, GpuPolicy(None, None))
+    data = yaml.safe_load(render_module.render(spec, m)["environment.yml"])
+    assert data["name"] == name
+    assert data["dependencies"][-1] == {"pip": list(spec.pip_requirements)}

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import _proc
+from provision import _proc, yamldoc
 from provision.environment import EnvDir
 from provision.errors import ProvisionError, ToolMissing, UsageError
 from provision.rollout import fleet_report, selfwheel
@@ -62,17 +62,6 @@ class Options:
 # -- what is generated next to the environment ------------------------------------------------
 
 
-def _yaml(data: object) -> str:
-    """yaml.safe_dump, with lists indented under their key as ansible-lint's yamllint wants."""
-    import yaml
-
-    class Indented(yaml.SafeDumper):
-        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-            super().increase_indent(flow, False)
-
-    return str(yaml.dump(data, Dumper=Indented, sort_keys=False, width=1000))
-
-
 def vars_text(env: EnvDir) -> str:
     """envs/NAME/ansible/vars.yml: the environment as the role sees it. No hosts, no secrets."""
     from provision import environment, install
@@ -92,7 +81,7 @@ def vars_text(env: EnvDir) -> str:
         f"# provision fleet: {env.name} for the {ROLE} role that ships with provision.",
         f"# Written by `provision fleet {env.name}`, which rewrites it. No hosts, no secrets.",
     ]
-    return "\n".join(lines) + "\n" + _yaml({**values, "provision_env_files": files})
+    return "\n".join(lines) + "\n" + yamldoc.dump({**values, "provision_env_files": files})
 
 
 def playbook_text(env: EnvDir) -> str:
@@ -107,7 +96,7 @@ def playbook_text(env: EnvDir) -> str:
 # Hosts with no network: instead of the wheel, an offline bundle (provision bundle {env.name};
 # its parts, if split, all of them in order):
 #     -e '{{"provision_env_bundle": ["/path/to/{env.name}.bundle.tar"]}}'
-""" + _yaml([{
+""" + yamldoc.dump([{
         "name": f"Roll out {env.name}", "hosts": "all", "gather_facts": False,
         "vars_files": ["vars.yml"], "roles": [{"role": ROLE}],
     }])  # fmt: skip
