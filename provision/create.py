@@ -18,31 +18,36 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
 
 from provision import environment, registry, tools
 from provision import install as install_mod
 from provision.errors import InstallError, ProvisionError, UsageError
 from provision.progress import Event, Report, nothing
-from provision.steps import StepName, StepResult
+from provision.steps import Outcome, StepName, StepResult
 
 STEPS: tuple[StepName, ...] = ("render", "lock", "install", "verify")
 VERIFY_MARKER = ".provision-verify.json"
-Status = Literal["running", "ok", "skipped", "failed"]
 
 
 @dataclass
 class Step:
-    name: str
+    """One step of a create as it runs: its outcome is None until it ends (the step protocol's
+    words: done, skipped, stale, failed)."""
+
+    name: StepName
     index: int  # 1-based, of len(STEPS)
-    status: Status = "running"
+    outcome: Outcome | None = None
     seconds: float = 0.0
     detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome in ("done", "skipped")
 
     def as_json(self) -> dict[str, object]:
         return {
             "step": self.name,
-            "status": self.status,
+            "status": self.outcome,
             "seconds": round(self.seconds, 2),
             "detail": self.detail,
         }
@@ -63,7 +68,7 @@ class CreateResult:
 
     @property
     def ok(self) -> bool:
-        return not self.error and all(s.status in ("ok", "skipped") for s in self.steps)
+        return not self.error and all(s.ok for s in self.steps)
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -149,7 +154,7 @@ def create(
     except BaseException:
         _remove_made(made)
         raise
-    built = any(s.name == "install" and s.status in ("ok", "skipped") for s in result.steps)
+    built = any(s.name == "install" and s.ok for s in result.steps)
     if not result.ok and not built:
         _remove_made(made)  # a create that failed leaves no half-made environment directory
     return result
@@ -177,7 +182,7 @@ def _steps(
             outcome = action()
         except ProvisionError as exc:
             outcome = StepResult(step_name, "failed", [str(exc)], _hint(step_name, named))
-        step.status = _STATUS[outcome.outcome]
+        step.outcome = outcome.outcome
         step.detail = outcome.summary
         if not outcome.ok:
             result.error = f"{step_name} failed: {outcome.summary}"
@@ -185,17 +190,8 @@ def _steps(
         step.seconds = time.monotonic() - start
         if progress:
             progress(step)
-        if step.status == "failed":
+        if not step.ok:
             break
-
-
-# How a step's outcome shows in create's progress and JSON (a stale step could not be redone).
-_STATUS: dict[str, Status] = {
-    "done": "ok",
-    "skipped": "skipped",
-    "stale": "failed",
-    "failed": "failed",
-}
 
 
 def _hint(step: StepName, named: str) -> str:

@@ -100,7 +100,7 @@ def test_failing_lock_stops_before_install(tmp_path: Path, home: dict[str, str])
     )
     assert done.returncode == 1
     data = summary(done)
-    assert statuses(data) == [("render", "ok"), ("lock", "failed")]
+    assert statuses(data) == [("render", "done"), ("lock", "failed")]
     assert "the package index" in str(data["hint"])
     assert "provision: what to do:" in done.stderr
     assert not (tmp_path / "home").exists()  # install never started
@@ -153,7 +153,7 @@ def test_create_pip_builds_verified_tensorflow(
     done = provision("create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", env=home)
     assert done.returncode == 0, done.stderr
     data = summary(done)
-    assert statuses(data) == [(s, "ok") for s in ("render", "lock", "install", "verify")]
+    assert statuses(data) == [(s, "done") for s in ("render", "lock", "install", "verify")]
     for line in ("[1/4] render", "[2/4] lock", "[3/4] install", "[4/4] verify"):
         assert line in done.stderr
     python = Path(str(data["python"]))
@@ -192,7 +192,7 @@ def test_create_force_rebuilds_and_verifies_again(tmp_path: Path, home: dict[str
     )
     assert forced.returncode == 0, forced.stderr
     assert statuses(summary(forced)) == [
-        ("render", "skipped"), ("lock", "ok"), ("install", "ok"), ("verify", "ok"),
+        ("render", "skipped"), ("lock", "done"), ("install", "done"), ("verify", "done"),
     ]  # fmt: skip
     assert (prefix / install.MARKER).stat().st_mtime_ns != marker
 
@@ -213,7 +213,7 @@ def test_create_conda_against_a_local_channel(
     done = provision(*args, env=env)
     assert done.returncode == 0, done.stderr
     data = summary(done)
-    assert statuses(data) == [(s, "ok") for s in ("render", "lock", "install", "verify")]
+    assert statuses(data) == [(s, "done") for s in ("render", "lock", "install", "verify")]
     prefix = Path(str(data["prefix"]))
     assert (prefix / "lib" / "libcudart.so.12").exists() or (
         prefix / "lib" / "libcudart.so.11.0"

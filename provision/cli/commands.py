@@ -333,10 +333,10 @@ def _show_step(shown: Any, step: Any) -> None:
     from provision.progress import Event
 
     head = f"[{step.index}/4] {step.name:<8}"
-    if step.status == "running":
+    if step.outcome is None:
         shown(Event("step", f"{head} ..."))
         return
-    shown(Event("done", f"{head} {step.status:<7} {step.seconds:6.1f} s  {step.detail}"))
+    shown(Event("done", f"{head} {step.outcome:<7} {step.seconds:6.1f} s  {step.detail}"))
 
 
 @cli.command("doctor")
