@@ -13,14 +13,46 @@ from __future__ import annotations
 import ctypes
 import json
 import sys
-from typing import Any
+from types import ModuleType
+from typing import Any, TypedDict
 
 
-def _text(value: Any) -> str:
+class Gpu(TypedDict):
+    """One GPU as NVML describes it; a field NVML will not give (old GPUs) is None or empty."""
+
+    index: int
+    name: str
+    uuid: str
+    cc: list[int]
+    memory_bytes: int | None
+    mig: int | None
+    persistence: int | None
+
+
+class Nvml(TypedDict, total=False):
+    """ok with driver, cuda and gpus; else ok False, absent (no driver library) and the error."""
+
+    ok: bool
+    absent: bool
+    code: int | None
+    error: str
+    driver: str
+    cuda: int
+    gpus: list[Gpu]
+
+
+class Version(TypedDict, total=False):
+    """What one library reported: its version number, or why it could not be asked."""
+
+    value: int
+    error: str
+
+
+def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def nvml(pynvml_dir: str, preload: str) -> dict[str, Any]:
+def nvml(pynvml_dir: str, preload: str) -> Nvml:
     if preload:
         # A stand-in host's libnvidia-ml: loading it by path first makes pynvml's
         # dlopen("libnvidia-ml.so.1") find it by its SONAME instead of the machine's own.
@@ -44,23 +76,24 @@ def nvml(pynvml_dir: str, preload: str) -> dict[str, Any]:
             "code": code,
             "error": _text(str(exc)),
         }
-    out: dict[str, Any] = {"ok": True, "gpus": []}
+    gpus: list[Gpu] = []
+    out: Nvml = {"ok": True, "gpus": gpus}
     try:
         out["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
         out["cuda"] = int(pynvml.nvmlSystemGetCudaDriverVersion())
         for index in range(pynvml.nvmlDeviceGetCount()):
-            out["gpus"].append(_gpu(pynvml, index))
+            gpus.append(_gpu(pynvml, index))
     except pynvml.NVMLError as exc:
-        out.update(ok=False, absent=False, error=_text(str(exc)))
+        out.update({"ok": False, "absent": False, "error": _text(str(exc))})
     finally:
         pynvml.nvmlShutdown()
     return out
 
 
-def _gpu(pynvml: Any, index: int) -> dict[str, Any]:
+def _gpu(pynvml: ModuleType, index: int) -> Gpu:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
 
-    def ask(fn: str, *args: Any) -> Any:
+    def ask(fn: str, *args: object) -> Any:  # pynvml has no types
         # Old GPUs answer NOT_SUPPORTED for MIG and friends: one missing field, not a failed GPU.
         try:
             return getattr(pynvml, fn)(handle, *args)
@@ -80,8 +113,8 @@ def _gpu(pynvml: Any, index: int) -> dict[str, Any]:
     }
 
 
-def versions(items: list[list[str]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def versions(items: list[list[str]]) -> dict[str, Version]:
+    out: dict[str, Version] = {}
     for kind, path in items:
         try:
             lib = ctypes.CDLL(path)
@@ -99,6 +132,7 @@ def versions(items: list[list[str]]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    result: Nvml | dict[str, Version]
     if len(argv) >= 2 and argv[1] == "nvml":
         result = nvml(argv[2] if len(argv) > 2 else "", argv[3] if len(argv) > 3 else "")
     elif len(argv) == 2 and argv[1] == "versions":

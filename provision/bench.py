@@ -1,6 +1,6 @@
 """`provision bench`: runs the payload's benchmark in one environment or several, one after the
 other with the same options, records where it ran (the hardware, read on the host), and gives one
-result for all of them; `bench_report` shows it (table, findings, plot)."""
+result for all of them; the CLI shows it (cli/bench_report: table, findings, plot)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from provision import _proc
 from provision.errors import ProvisionError, UsageError
@@ -35,9 +35,33 @@ class Target:
     python: Path
 
 
+class HardwareGpu(TypedDict):
+    index: int
+    name: str
+    memory_mib: int | None
+    compute_capability: str | None
+
+
+class HardwareCpu(TypedDict):
+    model: str
+    cores: int | None
+
+
+class Hardware(TypedDict):
+    """Where a benchmark ran, read on the host: a report's "hardware" (bench_schema)."""
+
+    gpus: list[HardwareGpu]
+    driver: str | None
+    driver_cuda: str | None
+    source: str | None
+    interconnect: dict[str, object]
+    cpu: HardwareCpu
+
+
 @dataclass(frozen=True)
 class BenchResult:
-    reports: tuple[dict[str, Any], ...]  # one per environment that gave a report, in order
+    # A report per environment that gave one, in order: parsed JSON, read by cli/bench_report.
+    reports: tuple[dict[str, object], ...]
     errors: tuple[dict[str, str], ...] = ()  # {"environment", "error"}: gave no report
     plot: Path | None = None
     plot_error: str = ""  # the plot could not be written; the results are still all here
@@ -47,7 +71,7 @@ class BenchResult:
         """Every environment gave a report, and one configuration at least ran."""
         return not self.errors and any(r.get("runs") for r in self.reports)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         """One environment: its report; several: a set of reports (bench_schema)."""
         if len(self.reports) == 1 and not self.errors:
             return self.reports[0]
@@ -58,17 +82,8 @@ class BenchResult:
             "errors": list(self.errors),
         }
 
-    def lines(self) -> list[str]:
-        from provision import bench_report
 
-        out = bench_report.lines(self.reports)
-        out += [f"{e['environment']}: failed: {e['error']}" for e in self.errors]
-        if self.plot is not None:
-            out.append(f"plot: {self.plot}")
-        return out
-
-
-def bench_argv(python: Path, options: Mapping[str, Any], json_out: Path) -> list[str]:
+def bench_argv(python: Path, options: Mapping[str, object], json_out: Path) -> list[str]:
     args = ["--json", str(json_out)]
     for key, value in options.items():
         if value is None or value is False:
@@ -96,7 +111,7 @@ def check_plot(plot: Path) -> None:
         raise BenchError(f"--plot {plot}: {existing} is not writable; choose another place")
 
 
-def slow_warnings(options: Mapping[str, Any]) -> list[str]:
+def slow_warnings(options: Mapping[str, object]) -> list[str]:
     """Configurations known to crawl, said before anything starts: mixed precision on CPU devices
     emulates float16/bfloat16 (measured: 1.4 images/s for the mlp model in float16)."""
     if not options.get("cpu_devices"):
@@ -165,7 +180,7 @@ class _Events:
 def run(
     targets: Sequence[Target],
     *,
-    options: Mapping[str, Any],
+    options: Mapping[str, object],
     plot: Path | None,
     timeout: float = 3600,
     report: Report = nothing,
@@ -182,7 +197,7 @@ def run(
     for warning in slow_warnings(options):
         report(Event("warn", warning))
     hw = hardware()
-    reports: list[dict[str, Any]] = []
+    reports: list[dict[str, object]] = []
     errors: list[dict[str, str]] = []
     several = len(targets) > 1
     for i, target in enumerate(targets, start=1):
@@ -200,11 +215,12 @@ def run(
             command=command or None,
         )
         reports.append(data)
-    result = BenchResult(tuple(reports), tuple(errors))
-    return with_plot(result, plot)
+    return BenchResult(tuple(reports), tuple(errors))
 
 
-def _one(target: Target, options: Mapping[str, Any], timeout: float, events: _Events) -> Any:
+def _one(
+    target: Target, options: Mapping[str, object], timeout: float, events: _Events
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
         report_file = Path(tmp) / "report.json"
         argv = bench_argv(target.python, options, report_file)
@@ -213,14 +229,17 @@ def _one(target: Target, options: Mapping[str, Any], timeout: float, events: _Ev
             raise BenchError(
                 f"the benchmark failed (exit {done.returncode}): {done.last_line()[-300:]}"
             )
-        return json.loads(report_file.read_text(encoding="utf-8"))
+        data = json.loads(report_file.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise BenchError(f"the benchmark wrote a report that is no JSON object: {data!r:.100}")
+    return data
 
 
 def load(paths: Sequence[Path], plot: Path | None = None) -> BenchResult:
     """Saved reports (any schema, one report or a set per file), shown as one result."""
     if plot is not None:
         check_plot(plot)
-    reports: list[dict[str, Any]] = []
+    reports: list[dict[str, object]] = []
     for path in paths:
         try:
             reports += bench_schema.read(json.loads(Path(path).read_text(encoding="utf-8")))
@@ -228,44 +247,10 @@ def load(paths: Sequence[Path], plot: Path | None = None) -> BenchResult:
             raise UsageError(f"--report {path}: {exc.strerror or exc}") from exc
         except ValueError as exc:  # not JSON, or not a benchmark report
             raise UsageError(f"--report {path}: {exc}") from exc
-    return with_plot(BenchResult(tuple(reports)), plot)
+    return BenchResult(tuple(reports))
 
 
-def with_plot(result: BenchResult, plot: Path | None) -> BenchResult:
-    if plot is None or not result.reports:
-        return result
-    try:
-        write_plot(result.reports, plot)
-    except (OSError, ValueError, BenchError) as exc:  # the results stand; only the picture is not
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        return BenchResult(
-            result.reports, result.errors, None, f"cannot write --plot {plot}: {why}"
-        )
-    return BenchResult(result.reports, result.errors, plot)
-
-
-def write_plot(reports: Sequence[Mapping[str, Any]], plot: Path) -> None:
-    """Plot on the host: the environment holds TensorFlow, not necessarily matplotlib."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError as exc:
-        raise BenchError("--plot needs matplotlib: pip install 'provision[bench]'") from exc
-    from provision import bench_report
-
-    plot.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=plot.parent, suffix=".png", delete=False) as fh:
-        tmp = Path(fh.name)
-    try:
-        bench_report.plot([bench_schema.upgrade(dict(r)) for r in reports], tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o666 & ~umask)  # NamedTemporaryFile creates 0600; a plot is for sharing
-        tmp.replace(plot)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def hardware(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def hardware(env: Mapping[str, str] | None = None) -> Hardware:
     """The GPUs (NVML, else nvidia-smi), the driver and the CUDA version it supports, how the
     GPUs are connected (nvidia-smi topo -m) and the CPU, read on the host. PROVISION_HOST_ROOT
     reads a stand-in machine instead (tests)."""
@@ -301,7 +286,7 @@ def hardware(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     }
 
 
-def command_line(names: Sequence[str], options: Mapping[str, Any]) -> str:
+def command_line(names: Sequence[str], options: Mapping[str, object]) -> str:
     """The `provision bench` command that runs these options (those not at their defaults)."""
     words = ["provision", "bench", *names]
     for key, value in options.items():

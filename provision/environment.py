@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from provision import _proc, registry
+from provision import _proc, records, registry
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
-from provision.matrix.spec import NAME_RE, PATHS, EnvSpec, GpuPolicy, PathKind, resolve
+from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, PathKind, resolve
 
 MANIFEST = "provision.json"
 SCHEMA = 2
@@ -75,25 +75,8 @@ class Request:
 
     @classmethod
     def from_json(cls, data: object) -> Request:
-        if not isinstance(data, dict):
-            raise ValueError("no request")
-        path = data.get("path")
-        if path not in PATHS:
-            raise ValueError(f"unknown path {path!r}")
-        for key in ("tf", "python"):
-            if not isinstance(data.get(key), str):
-                raise ValueError(f"request.{key} is not a string")
-        for key in ("gpu_memory", "gpus"):
-            if data.get(key) is not None and not isinstance(data.get(key), str):
-                raise ValueError(f"request.{key} is not a string")
-        return cls(
-            tf=str(data["tf"]),
-            path=path,
-            python=str(data["python"]),
-            gpu_memory=data.get("gpu_memory"),
-            gpus=data.get("gpus"),
-            jupyter=bool(data.get("jupyter", False)),
-        )
+        """The request `to_json` wrote; ValueError naming the field otherwise."""
+        return records.read(cls, data, "request", ValueError)
 
 
 @dataclass(frozen=True)
@@ -130,7 +113,9 @@ class Manifest:
             raise ValueError("files is not a map of path to sha256")
         name = data.get("name") if schema == SCHEMA else None
         if schema == 1 and isinstance(request, dict):
-            name = request.get("name")
+            # Schema 1 kept the name inside the request.
+            request = dict(request)
+            name = request.pop("name", None)
         return cls(Request.from_json(request), dict(files), name if isinstance(name, str) else None)
 
 

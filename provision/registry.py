@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from provision.errors import ProvisionError
+from provision.records import read as read_record  # `records` here is the listing below
 
 RECORD_SCHEMA = 1
 
@@ -98,16 +99,10 @@ class Record:
 
     @classmethod
     def from_json(cls, data: object) -> Record:
+        """The record `to_json` wrote (parsed JSON); ValueError naming the field otherwise."""
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
             raise ValueError("not a provision registry record")
-        last = data.get("last_verify")
-        values = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        values["last_verify"] = LastVerify(**last) if isinstance(last, dict) else None
-        record = cls(**values)
-        for name in ("name", "env_dir", "path", "tf", "python", "prefix", "interpreter"):
-            if not isinstance(getattr(record, name), str):
-                raise ValueError(f"{name} is not a string")
-        return record
+        return read_record(cls, data, "record", ValueError)
 
 
 def _path(name: str) -> Path:

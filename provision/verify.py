@@ -17,11 +17,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from provision import _proc
 from provision.environment import EnvDir
 from provision.errors import UsageError, VerifyError
+from provision.jsontypes import JSONObject
 from provision.payload import judge
 from provision.payload import report as schema
 from provision.payload.status import FAIL, PASS, WARN, CheckStatus, check_status
@@ -65,7 +65,7 @@ class VerifyResult:
     python: str | None
     checks: tuple[Outcome, ...]
     findings: tuple[Outcome, ...]  # the report's facts against the spec
-    report: dict[str, Any] = field(repr=False)
+    report: JSONObject = field(repr=False)  # the smoke test's, as validate() accepted it
 
     @property
     def ok(self) -> bool:
@@ -82,17 +82,6 @@ class VerifyResult:
     def cpu_only(self) -> str:
         """Why no GPU was used ("" when one was), for the last line of verify and create."""
         return cpu_only_reason(self.report)
-
-    def lines(self) -> list[str]:
-        out = schema.render_text(self.report).rstrip("\n").splitlines()
-        if self.findings:
-            out.append(f"compared with the spec{f' of {self.name}' if self.name else ''}:")
-            out += [f"  {o.status.upper():<4}  {o.name:<18} {o.reason}" for o in self.findings]
-        verdict = "PASS" if self.ok else "FAIL"
-        notes = [", ".join(o.name for o in self.failures), self.cpu_only]
-        shown = "; ".join(n for n in notes if n)
-        out.append(f"verify: {verdict}" + (f" ({shown})" if shown else ""))
-        return out
 
     def as_step(self, named: str | None = None) -> StepResult:
         """The step protocol's view; named: NAME as a command needs it (with --out if any)."""
@@ -121,7 +110,7 @@ class VerifyResult:
 # -- comparing a report with a spec ------------------------------------------------------------
 
 
-def validate(report: object) -> dict[str, Any]:
+def validate(report: object) -> JSONObject:
     """The report as a dict, or VerifyError saying why it is not a smoke-test report we can read."""
     if not isinstance(report, dict) or report.get("schema") != schema.SCHEMA:
         raise VerifyError(f"not a smoke-test report (its schema is not {schema.SCHEMA!r})")
@@ -136,17 +125,17 @@ def validate(report: object) -> dict[str, Any]:
     return report
 
 
-def _dict(value: object) -> dict[str, Any]:
+def _dict(value: object) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value: object) -> list[Any]:
+def _list(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
 
-def _checks(report: Mapping[str, Any]) -> tuple[Outcome, ...]:
+def _checks(report: Mapping[str, object]) -> tuple[Outcome, ...]:
     out = []
-    for raw in report["checks"]:
+    for raw in _list(report["checks"]):
         if not isinstance(raw, dict):
             continue
         reason = str(raw.get("reason") or "")
@@ -159,16 +148,15 @@ def _checks(report: Mapping[str, Any]) -> tuple[Outcome, ...]:
     return tuple(out)
 
 
-def _details(report: Mapping[str, Any], check: str) -> dict[str, Any]:
-    for raw in report["checks"]:
+def _details(report: Mapping[str, object], check: str) -> dict[str, object]:
+    for raw in _list(report["checks"]):
         if isinstance(raw, dict) and raw.get("name") == check:
-            details = raw.get("details")
-            return details if isinstance(details, dict) else {}
+            return _dict(raw.get("details"))
     return {}
 
 
 def _findings(
-    report: Mapping[str, Any], expected: Mapping[str, Any], require_gpu: bool
+    report: Mapping[str, object], expected: Mapping[str, object], require_gpu: bool
 ) -> list[Outcome]:
     env = _dict(report.get("environment"))
     found: list[Outcome] = []
@@ -235,11 +223,13 @@ def _findings(
             add(f"{check}_version", status, reason)
 
     gpus = _list(env.get("gpus"))
-    targets = list(bi.get("cuda_compute_capabilities") or expected.get("compute_targets") or [])
+    built_for = bi.get("cuda_compute_capabilities") or expected.get("compute_targets") or []
+    targets = [str(t) for t in built_for] if isinstance(built_for, (list, tuple)) else []
+    minimum = expected.get("compute_min")
     for gpu in gpus:
         if isinstance(gpu, dict) and gpu.get("compute_capability"):
             status, reason = judge.judge_compute(
-                str(gpu["compute_capability"]), targets, expected.get("compute_min")
+                str(gpu["compute_capability"]), targets, str(minimum) if minimum else None
             )
             add(f"gpu{gpu.get('index')}_compute", status, f"{gpu.get('name')}: {reason}")
     if require_gpu and not gpus:
@@ -272,7 +262,7 @@ def _findings(
 
 def compare(
     report: object,
-    expected: Mapping[str, Any] | None = None,
+    expected: Mapping[str, object] | None = None,
     *,
     require_gpu: bool = False,
     name: str | None = None,
@@ -310,11 +300,11 @@ def smoke_argv(
 def run_smoke(
     python: Path,
     *,
-    expected: Mapping[str, Any] | None = None,
+    expected: Mapping[str, object] | None = None,
     env: Mapping[str, str] | None = None,
     require_gpu: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
-) -> dict[str, Any]:
+) -> JSONObject:
     """Run the payload's smoke test with `python` and return its report (VerifyError when there is
     none). `expected`: the spec's expectations; without them only the report's own checks judge."""
     if not Path(python).exists():
@@ -375,14 +365,14 @@ def verify(
     return result
 
 
-def expected_of(env: EnvDir) -> dict[str, Any]:
+def expected_of(env: EnvDir) -> dict[str, object]:
     """What the smoke test must find: the spec's expectations, as the matrix says now."""
     from provision.matrix import spec
 
     return spec.expected(env.spec)
 
 
-def cpu_only_reason(report: Mapping[str, Any]) -> str:
+def cpu_only_reason(report: Mapping[str, object]) -> str:
     """ "" when TensorFlow used a GPU; otherwise why it ran on the CPU only, in a few words."""
     env = _dict(report.get("environment"))
     if _list(env.get("gpus")):

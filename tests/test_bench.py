@@ -23,7 +23,8 @@ import tfvenv
 from click.testing import CliRunner
 from fakehost import H200, SMI_QUERY, FakeHost
 
-from provision import bench, bench_report
+from provision import bench
+from provision.cli import bench_report
 from provision.cli.commands import cli
 from provision.host.topology import parse_topo, summarise
 from provision.matrix import load
@@ -122,8 +123,9 @@ def test_two_gpu_scaling_measured_on_h200_is_near_linear() -> None:
 
 
 def test_reports_without_hardware_still_load_and_say_so(tmp_path: Path) -> None:
-    result = bench.load([FIXTURES / "bench-resnet50-224.json"], tmp_path / "old.png")
-    text = "\n".join(result.lines())
+    plot = tmp_path / "old.png"
+    result = bench_report.with_plot(bench.load([FIXTURES / "bench-resnet50-224.json"], plot), plot)
+    text = "\n".join(bench_report.result_lines(result))
     assert "hardware: not recorded (devices: /device:GPU:0, /device:GPU:1)" in text
     assert "task: not recorded (schema 1)" in text
     assert png_size(tmp_path / "old.png") == (720, 480)
@@ -186,7 +188,7 @@ def test_markdown_findings_carry_each_rows_command() -> None:
 
 def test_plot_has_a_line_per_environment_and_precision(tmp_path: Path) -> None:
     out = tmp_path / "compare.png"
-    bench.write_plot([h200_v2(env="tf2.13-pip"), h200_v2()], out)
+    bench_report.write_plot([h200_v2(env="tf2.13-pip"), h200_v2()], out)
     assert png_size(out) == (720, 480)
 
 

@@ -22,7 +22,7 @@ from fakehost import FakeHost
 from packaging.version import Version
 
 from provision import doctor, host, matrix
-from provision.doctor import report as doctor_report
+from provision.cli import doctor_report
 from provision.matrix import Release
 
 M = matrix.load()

@@ -28,6 +28,7 @@ from click.testing import CliRunner
 from provision import matrix as matrix_module
 from provision import render as render_module
 from provision import verify
+from provision.cli import present as cli_present
 from provision.cli.commands import cli
 from provision.errors import VerifyError
 from provision.matrix.spec import GpuPolicy, expected, resolve
@@ -338,7 +339,7 @@ def test_fixture_reports_verify_as_their_names_say(path: Path) -> None:
     libs = by_name(report).get("cuda_libraries", {})
     for soname in libs.get("details", {}).get("cannot_open", []):
         assert soname in libs["reason"]
-    text = "\n".join(result.lines())
+    text = "\n".join(cli_present.verify_lines(result))
     notes = [", ".join(o.name for o in result.failures), result.cpu_only]
     shown = "; ".join(n for n in notes if n)
     assert text.splitlines()[-1] == ("verify: PASS" if result.ok else "verify: FAIL") + (

@@ -5,8 +5,9 @@ can hold, version numbers in ASCII digits, finite numbers. Each refusal is a Cli
 from __future__ import annotations
 
 import math
+import os
 import re
-from typing import Any
+from typing import TypeVar
 
 import click
 
@@ -16,7 +17,12 @@ from provision.paths import path_problem
 class SafePath(click.Path):
     """click.Path that also refuses empty paths and paths too long for the file system."""
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(
+        self,
+        value: str | os.PathLike[str],
+        param: click.Parameter | None,
+        ctx: click.Context | None,
+    ) -> str | bytes | os.PathLike[str]:
         if isinstance(value, str):
             why = path_problem(value)
             if why:
@@ -25,6 +31,7 @@ class SafePath(click.Path):
 
 
 _XY = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+T = TypeVar("T")
 
 
 def version_xy(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -34,11 +41,12 @@ def version_xy(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
-def nonblank(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """A given value must say something (`--tf ''` is not 'no --tf')."""
-    values = value if isinstance(value, tuple) else (value,)
+def nonblank(ctx: click.Context, param: click.Parameter, value: T) -> T:
+    """A given value must say something (`--tf ''` is not 'no --tf'): a string, or each string of
+    a tuple (multiple=True), returned as it came."""
+    values: tuple[object, ...] = value if isinstance(value, tuple) else (value,)
     for v in values:
-        if v is not None and (not v.strip() or any(c in v for c in "\n\r\0")):
+        if isinstance(v, str) and (not v.strip() or any(c in v for c in "\n\r\0")):
             raise click.BadParameter(f"{v[:40]!r} is empty or spans lines")
     return value
 

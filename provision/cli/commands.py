@@ -37,7 +37,7 @@ class Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # the order of the workflow, not the alphabet
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except ProvisionError as exc:
@@ -234,7 +234,10 @@ def install_cmd(
     solver: str,
     as_json: bool,
     script_args: tuple[str, ...],
-    **from_bundle: Any,
+    bundle: Path | None,
+    require_gpu: bool,
+    no_verify: bool,
+    quiet: bool,
 ) -> None:
     """Build NAME on this machine from its lock (conda prefix, venv, or the system script).
 
@@ -242,11 +245,12 @@ def install_cmd(
     --from-bundle FILE builds, verifies and registers the bundle's environment with no network."""
     from provision import install
 
-    if from_bundle["bundle"] is not None:
+    if bundle is not None:
         if force:
             raise click.UsageError("--force does not apply to --from-bundle")
         _install_from_bundle(name, out, prefix, installer, solver, as_json, script_args,
-                             **from_bundle)  # fmt: skip
+                             bundle=bundle, require_gpu=require_gpu, no_verify=no_verify,
+                             quiet=quiet)  # fmt: skip
         return
     if name is None:
         raise click.UsageError("give an environment NAME, or --from-bundle FILE")
@@ -354,8 +358,8 @@ def doctor_cmd(tf: str | None, as_json: bool, root: Path | None) -> None:
     Exit 0 when the host can run the release asked for (any release without --tf), 1 otherwise.
     """
     from provision import doctor, matrix
+    from provision.cli import doctor_report as report
     from provision.cli.args import platform_note
-    from provision.doctor import report
 
     note = platform_note(sys.platform)
     if note and root is None:
@@ -396,6 +400,7 @@ def verify_cmd(
     """Run the smoke test inside NAME's environment, as Jupyter, IDEs and cron run it (no
     activation), and compare the report with the spec."""
     from provision import environment, verify
+    from provision.cli import present
 
     env = None
     if name is not None:
@@ -419,7 +424,7 @@ def verify_cmd(
     if as_json:
         emit_json(result.as_json())
     else:
-        click.echo("\n".join(result.lines()))
+        click.echo("\n".join(present.verify_lines(result)))
     if not result.ok:
         sys.exit(1)
 
@@ -429,6 +434,7 @@ def _install_from_bundle(
     as_json: bool, script_args: tuple[str, ...], *, bundle: Path, require_gpu: bool,
     no_verify: bool, quiet: bool,
 ) -> None:  # fmt: skip
+    from provision.cli import present
     from provision.rollout import unbundle
 
     if name is not None and name.startswith("-"):  # `install --from-bundle B -- --opt`: no NAME
@@ -446,7 +452,7 @@ def _install_from_bundle(
         done = "already built" if built.skipped else f"built with {built.installer}"
         click.echo(f"{result.name}: {done} at {built.prefix} (inputs: {result.env_dir})")
         if result.verified is not None:
-            click.echo("\n".join(result.verified.lines()))
+            click.echo("\n".join(present.verify_lines(result.verified)))
     if not result.ok:
         sys.exit(1)
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from provision.cli.args import SafePath
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from provision.environment import Found
+    from provision.progress import Presenter
+
+F = TypeVar("F", bound=Callable[..., object])
 PATH_CHOICES = ("conda", "system", "pip")
 
 
@@ -36,19 +40,20 @@ def _stop_progress(ctx: click.Context) -> None:
         shown.close()
 
 
-def presenter(quiet: bool = False) -> Any:
+def presenter(quiet: bool = False) -> Presenter:
     """The progress shown on stderr for this command: -q none, -v every tool's line; rich on a
     terminal, plain lines otherwise. One per command (a spinner must be stopped before errors)."""
     from provision.progress import Presenter
 
     ctx = click.get_current_context()
-    if PRESENTER not in ctx.meta:
+    shown = ctx.meta.get(PRESENTER)
+    if not isinstance(shown, Presenter):
         verbosity = 0 if quiet else int(ctx.meta.get(VERBOSITY, 1))
-        ctx.meta[PRESENTER] = Presenter(verbosity)
-    return ctx.meta[PRESENTER]
+        shown = ctx.meta[PRESENTER] = Presenter(verbosity)
+    return shown
 
 
-def emit_json(data: Any) -> None:
+def emit_json(data: object) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
 
@@ -76,7 +81,7 @@ def find_option(f: F) -> F:
     )(f)
 
 
-def _find(name: str, out: Path | None) -> Any:
+def _find(name: str, out: Path | None) -> Found:
     from provision import environment
 
     return environment.find(name, out)

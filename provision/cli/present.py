@@ -7,17 +7,15 @@ from pathlib import Path
 
 from provision import environment
 from provision.built import Listed
+from provision.cli.columns import columns
+from provision.payload import report as smoke_report
 from provision.registry import Record
 from provision.rollout.fleet_report import COLUMNS, FleetResult, row
+from provision.verify import VerifyResult
 
 
 def grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
-    lines = [header, ["-" * w for w in widths], *rows]
-    return "\n".join(
-        "  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=False)).rstrip()
-        for line in lines
-    )
+    return "\n".join(columns([list(header), *([str(c) for c in r] for r in rows)], rule=True))
 
 
 def _device(rec: Record) -> str:
@@ -112,3 +110,19 @@ def fleet_table(r: FleetResult) -> str:
     mode = " (dry run: nothing was changed)" if r.check else ""
     lines.append(f"{r.name}: {len(r.hosts)} host(s): {counts or 'none reached'}{mode}")
     return "\n".join(lines)
+
+
+# -- a verify -----------------------------------------------------------------------------------
+
+
+def verify_lines(result: VerifyResult) -> list[str]:
+    """The smoke test's report as text, the facts compared with the spec, and the verdict."""
+    out = smoke_report.render_text(result.report).rstrip("\n").splitlines()
+    if result.findings:
+        out.append(f"compared with the spec{f' of {result.name}' if result.name else ''}:")
+        out += [f"  {o.status.upper():<4}  {o.name:<18} {o.reason}" for o in result.findings]
+    verdict = "PASS" if result.ok else "FAIL"
+    notes = [", ".join(o.name for o in result.failures), result.cpu_only]
+    shown = "; ".join(n for n in notes if n)
+    out.append(f"verify: {verdict}" + (f" ({shown})" if shown else ""))
+    return out

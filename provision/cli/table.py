@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
+from provision.cli.columns import columns
 from provision.matrix import Matrix, Release
 from provision.matrix.spec import PATHS, refusal
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 def _conda_cell(m: Matrix, rel: Release) -> str:
@@ -57,16 +61,14 @@ def overview(m: Matrix) -> str:
                 "yes" if rel.windows_native_gpu else "no",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = columns(rows, rule=True)
     lines.append("")
     lines.append("driver >=: the CUDA toolkit's own minimum (minor-version-compatibility floor).")
     lines.append("`provision matrix --tf X.Y` shows one release with every field and its sources.")
     return "\n".join(lines)
 
 
-def _fmt(value: Any) -> str:
+def _fmt(value: object) -> str:
     if isinstance(value, (tuple, list)):
         return ", ".join(str(v) for v in value) if value else "-"
     if isinstance(value, dict):
@@ -76,7 +78,7 @@ def _fmt(value: Any) -> str:
     return str(value) if value not in ("", None) else "-"
 
 
-def _block(title: str, obj: Any, skip: tuple[str, ...] = ()) -> list[str]:
+def _block(title: str, obj: DataclassInstance, skip: tuple[str, ...] = ()) -> list[str]:
     lines = [title]
     for f in dataclasses.fields(obj):
         if f.name in skip:
@@ -112,11 +114,11 @@ def detail(m: Matrix, rel: Release) -> str:
     return "\n".join(lines)
 
 
-def _asdict(obj: Any) -> dict[str, Any]:
+def _asdict(obj: DataclassInstance) -> dict[str, object]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(obj).items()}
 
 
-def release_json(m: Matrix, rel: Release) -> dict[str, Any]:
+def release_json(m: Matrix, rel: Release) -> dict[str, object]:
     data = _asdict(rel)
     data["paths"] = {p: refusal(m, rel, p) or "ok" for p in PATHS}
     data["cuda_row"] = _asdict(m.cuda_of(rel))
@@ -126,7 +128,7 @@ def release_json(m: Matrix, rel: Release) -> dict[str, Any]:
     return data
 
 
-def as_json(m: Matrix, rel: Release | None = None) -> dict[str, Any]:
+def as_json(m: Matrix, rel: Release | None = None) -> dict[str, object]:
     if rel is not None:
         return {"schema": 1, "release": release_json(m, rel)}
     return {

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -109,7 +108,7 @@ def bench_cmd(
     plot: Path | None,
     as_json: bool,
     markdown: bool,
-    **options: Any,
+    **options: object,
 ) -> None:
     """Multi-GPU scaling and mixed precision in one or more environments: images/s, accuracy,
     speed-up, matmul TFLOP/s; where it ran (GPUs, driver, interconnect) and what it loaded."""
@@ -132,13 +131,14 @@ def bench_cmd(
             command=bench.command_line(called, options),
         )  # fmt: skip
         shown.close()
+    from provision.cli import bench_report
+
+    result = bench_report.with_plot(result, plot)
     if as_json:
         emit_json(result.as_json())
     else:
-        from provision import bench_report
-
-        shown_lines = bench_report.markdown(result.reports) if markdown else result.lines()
-        click.echo("\n".join(shown_lines))
+        text = bench_report.markdown(result.reports) if markdown else None
+        click.echo("\n".join(text or bench_report.result_lines(result)))
     if result.plot_error:
         raise bench.BenchError(f"{result.plot_error}; the results are above")
     if not result.ok:
@@ -363,20 +363,23 @@ def _counts(value: str, flag: str) -> str:
     return value
 
 
-def _bench_checks(options: dict[str, Any]) -> None:
-    """What the payload would refuse after TensorFlow has loaded, refused first (exit 2)."""
+def _bench_checks(options: dict[str, object]) -> None:
+    """What the payload would refuse after TensorFlow has loaded, refused first (exit 2).
+    The options are Click's: integers from IntRange, --jit/--no-jit True, False or None."""
     per = options["steps_per_execution"]
     for flag in ("steps", "warmup"):
-        if options[flag] % per:
+        count = options[flag]
+        if isinstance(count, int) and isinstance(per, int) and count % per:
             raise click.BadParameter(
-                f"{options[flag]} is not a multiple of --steps-per-execution {per}",
+                f"{count} is not a multiple of --steps-per-execution {per}",
                 param_hint=f"--{flag}",
             )
     if options["strategy"] == "default" and options["gpus"] != "1":
         raise click.BadParameter(
             "--strategy default runs on one device: give --gpus 1", param_hint="--gpus"
         )
-    options["jit"] = {True: "on", False: "off", None: "auto"}[options["jit"]]
+    jit = options["jit"]
+    options["jit"] = "on" if jit is True else "off" if jit is False else "auto"
 
 
 def _precisions(value: str) -> str:

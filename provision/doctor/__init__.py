@@ -8,7 +8,8 @@ driver, ...) come first. Pure: the probing is provision.host's; `run` only ties 
 
 Modules: `model` (the results and their JSON), `findings` (host-wide findings, once per
 diagnosis), `hardware` (the driver and GPUs against a release), `judge` (`diagnose`: a verdict per
-release and path), `versions` (lenient version numbers) and `report` (the terminal layout).
+release and path), and `versions` (lenient version numbers). The terminal layout is the CLI's
+(cli/doctor_report).
 """
 
 from __future__ import annotations

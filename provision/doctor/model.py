@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
 
-from provision import __version__
+from provision import __version__, records
 from provision.errors import ProvisionError
 from provision.host import HostReport
-from provision.matrix.spec import PATHS, PathKind
+from provision.matrix.spec import PathKind
 from provision.payload.status import (
     CANNOT,
     FIX,
@@ -22,8 +21,6 @@ from provision.payload.status import (
     RUNS,
     FindingLevel,
     VerdictStatus,
-    finding_level,
-    verdict_status,
 )
 
 SCHEMA = 1
@@ -97,34 +94,14 @@ class Diagnosis:
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Diagnosis:
-        """The diagnosis `to_json` wrote (parsed JSON); ProvisionError for another schema or an
-        unknown status word."""
-        d: dict[str, Any] = dict(data)  # parsed JSON: its shape is checked by the constructors
-        if d.get("schema") != SCHEMA:
-            raise ProvisionError(f"doctor report schema {d.get('schema')!r} is not {SCHEMA}")
-        return cls(
-            host=HostReport.from_json(d["host"]),
-            findings=tuple(_finding(f) for f in d["findings"]),
-            verdicts=tuple(_verdict(v) for v in d["verdicts"]),
-            tf=d.get("tf"),
-            matrix_sha256=d.get("matrix_sha256", ""),
-            registered=tuple(Registered(**r) for r in d.get("registered", ())),
-        )
-
-
-def _finding(f: Mapping[str, Any]) -> Finding:
-    level = finding_level(f.get("level"))
-    if level is None:
-        raise ProvisionError(f"doctor report: unknown finding level {f.get('level')!r}")
-    return Finding(**{**f, "level": level})
-
-
-def _verdict(v: Mapping[str, Any]) -> Verdict:
-    status = verdict_status(v.get("status"))
-    if status is None:
-        raise ProvisionError(f"doctor report: unknown verdict status {v.get('status')!r}")
-    path = next((p for p in PATHS if p == v.get("path")), None)
-    if path is None:
-        raise ProvisionError(f"doctor report: unknown path {v.get('path')!r}")
-    lists = {k: tuple(v[k]) for k in ("reasons", "fixes", "notes")}
-    return Verdict(**{**v, "path": path, "status": status, **lists})
+        """The diagnosis `to_json` wrote (parsed JSON); ProvisionError for another schema, an
+        unknown status word, or another shape (the message names the field)."""
+        if data.get("schema") != SCHEMA:
+            raise ProvisionError(f"doctor report schema {data.get('schema')!r} is not {SCHEMA}")
+        # `provision` and `ok` are written for readers and derived, never read back; the host
+        # report keeps its own schema check.
+        fields = {k: v for k, v in data.items() if k not in ("provision", "ok")}
+        host = data.get("host")
+        if isinstance(host, Mapping):
+            fields["host"] = HostReport.from_json(host)
+        return records.read(cls, fields, "doctor report")

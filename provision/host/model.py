@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
 
+from provision import records
 from provision.errors import ProvisionError
 from provision.payload.status import ProbeStatus
 
@@ -111,24 +111,8 @@ class HostReport:
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> HostReport:
-        """The report `to_json` wrote (parsed JSON); ProvisionError for another schema."""
-        d: dict[str, Any] = dict(data)  # parsed JSON: its shape is checked by the constructors
-        if d.get("schema") != SCHEMA:
-            raise ProvisionError(f"host report schema {d.get('schema')!r} is not {SCHEMA}")
-        drv = dict(d["driver"])
-        drv["user_space_all"] = tuple(drv.get("user_space_all", ()))
-        libs = [Library(**{**lib, "found_in": tuple(lib["found_in"])}) for lib in d["libraries"]]
-        return cls(
-            **{
-                k: d[k] for k in ("os", "machine", "distro", "kernel", "wsl", "wsl_lib", "stand_in")
-            },
-            driver=Driver(**drv),
-            gpus=tuple(Gpu(**g) for g in d["gpus"]),
-            ld_library_path=tuple(d["ld_library_path"]),
-            loader_dirs=tuple(d["loader_dirs"]),
-            libraries=tuple(libs),
-            ptxas=tuple(Ptxas(**p) for p in d["ptxas"]),
-            pythons=tuple(d["pythons"]),
-            environments=tuple(Environment(**e) for e in d["environments"]),
-            probes=tuple(Probe(**p) for p in d["probes"]),
-        )
+        """The report `to_json` wrote (parsed JSON); ProvisionError for another schema, or for a
+        report of another shape (the message names the field)."""
+        if data.get("schema") != SCHEMA:
+            raise ProvisionError(f"host report schema {data.get('schema')!r} is not {SCHEMA}")
+        return records.read(cls, data, "host report")

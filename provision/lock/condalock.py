@@ -71,8 +71,9 @@ def lock(
 
 def check_virtual_platforms(target: Target, platforms: Sequence[str]) -> None:
     """UsageError unless virtual-packages.yml describes every platform to lock."""
-    data = load_yaml(target.root / "virtual-packages.yml") or {}
-    have = set((data.get("subdirs") or {}).keys())
+    data = load_yaml(target.root / "virtual-packages.yml")
+    subdirs = data.get("subdirs") if isinstance(data, dict) else None
+    have = set(subdirs.keys()) if isinstance(subdirs, dict) else set()
     missing = [p for p in platforms if p not in have]
     if missing:
         raise UsageError(
@@ -106,6 +107,9 @@ def conda_lock_argv(
 def _split_environment(target: Target, tmp: Path) -> tuple[Path, list[str]]:
     """environment.yml without its pip section (for conda-lock), and that section's requirements."""
     data = load_yaml(target.root / "environment.yml") or {}
+    if not isinstance(data, dict):
+        where = target.root / "environment.yml"
+        raise LockError(f"{where} is not a mapping; render the environment again")
     deps, pip_reqs = [], []
     for dep in data.get("dependencies") or []:
         if isinstance(dep, dict) and "pip" in dep:
@@ -164,6 +168,8 @@ def _strip_help(text: str) -> str:
 def conda_packages(body: str) -> dict[str, dict[str, str]]:
     """platform -> {name: version} of the lock's packages (pip ones included, by pip name)."""
     data = load_yaml(body) or {}
+    if not isinstance(data, dict):
+        raise LockError("the lock conda-lock wrote is not a mapping (no list of packages)")
     out: dict[str, dict[str, str]] = {}
     for pkg in data.get("package") or []:
         out.setdefault(str(pkg["platform"]), {})[str(pkg["name"]).lower()] = str(pkg["version"])

@@ -16,7 +16,6 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from provision import _proc, tools
 from provision.errors import LockError
@@ -34,8 +33,11 @@ def add_pip_part(
     chosen files (URL + sha256) to the lock as conda-lock's own `manager: pip` entries."""
     lock_data = load_yaml(lockfile)
     virtual = load_yaml(target.root / "virtual-packages.yml")
+    subdirs = virtual.get("subdirs") if isinstance(virtual, dict) else None
     when = pylock.previous_as_of(target)
-    entries: list[dict[str, Any]] = lock_data["package"]
+    entries = lock_data.get("package") if isinstance(lock_data, dict) else None
+    if not isinstance(entries, list):
+        raise LockError(f"{lockfile} is not a conda-lock file (no list of packages)")
     for platform in platforms:
         conda_pkgs = [p for p in entries if p["platform"] == platform]
         python = next((p for p in conda_pkgs if p["name"] == "python"), None)
@@ -47,7 +49,7 @@ def add_pip_part(
             for p in conda_pkgs
             if "python" in (p.get("dependencies") or {})
         }
-        packages = (virtual.get("subdirs") or {}).get(platform, {}).get("packages") or {}
+        packages = (subdirs or {}).get(platform, {}).get("packages") or {}
         glibc = str(packages.get("__glibc") or target.spec.release.glibc_min).split()[0]
         files, when = resolve_files(
             requirements, str(python["version"]), platform, glibc, provided, tmp / platform,
@@ -115,7 +117,10 @@ def resolve_files(
         raise LockError(f"uv could not resolve the pip section for {platform}: {why}")
     data = pylock.toml_loads((workdir / "pylock.toml").read_text(encoding="utf-8"))
     ranks = _tag_ranks(python_version, target)
-    chosen = [_choose(pkg, ranks, target) for pkg in data.get("packages", [])]
+    packages = data.get("packages", [])
+    chosen = [
+        _choose(pkg, ranks, target) for pkg in (packages if isinstance(packages, list) else [])
+    ]
     requires = _requires(uv, chosen, common, workdir, env, platform)
     out = [
         LockedFile(f.name, f.version, f.url, f.sha256, tuple(sorted(requires.get(f.name, ()))))
@@ -171,12 +176,13 @@ def _tag_ranks(python_version: str, target: str) -> dict[str, int]:
     return ranks
 
 
-def _choose(pkg: Mapping[str, Any], ranks: Mapping[str, int], target: str) -> LockedFile:
+def _choose(pkg: Mapping[str, object], ranks: Mapping[str, int], target: str) -> LockedFile:
     from packaging.utils import parse_wheel_filename
 
     name, version = norm(str(pkg["name"])), str(pkg["version"])
-    best: tuple[int, Mapping[str, Any]] | None = None
-    for wheel in pkg.get("wheels") or []:
+    best: tuple[int, object] | None = None
+    wheels = pkg.get("wheels") or []
+    for wheel in wheels if isinstance(wheels, list) else []:
         filename = str(wheel["url"]).rsplit("/", 1)[-1]
         try:
             _, _, _, wheel_tags = parse_wheel_filename(urllib.parse.unquote(filename))
@@ -186,6 +192,6 @@ def _choose(pkg: Mapping[str, Any], ranks: Mapping[str, int], target: str) -> Lo
         if rank is not None and (best is None or rank < best[0]):
             best = (rank, wheel)
     chosen = best[1] if best else pkg.get("sdist")
-    if not chosen or not chosen.get("hashes", {}).get("sha256"):
+    if not isinstance(chosen, dict) or not chosen.get("hashes", {}).get("sha256"):
         raise LockError(f"{name} {version} has no file with a sha256 for {target}")
     return LockedFile(name, version, str(chosen["url"]), str(chosen["hashes"]["sha256"]))

@@ -9,13 +9,21 @@ it, every package is required by something, and every package has a hash.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from provision.errors import LockInvalid, StaleError
 from provision.lock import lockinputs
-from provision.lock.lockfile import END_TAG, FORMAT, digest, read_lock, sha256, what_changed
+from provision.lock.lockfile import (
+    END_TAG,
+    FORMAT,
+    LockInputs,
+    digest,
+    read_lock,
+    sha256,
+    what_changed,
+)
 from provision.lock.lockinputs import Environment, Target, load_yaml, one_line
 from provision.lock.requirements import (
+    Pin,
     applies,
     closure_problems,
     marker_environment,
@@ -26,7 +34,7 @@ from provision.lock.requirements import (
 )
 
 
-def verify(target: Target, data: Mapping[str, Any], rel: str, regen: str) -> int:
+def verify(target: Target, data: LockInputs, rel: str, regen: str) -> int:
     """The number of packages of a lock that is fresh for `data`, intact, complete and closed;
     else StaleError / LockInvalid, naming the first thing wrong (see lock.check_lock)."""
     path = target.lock_path
@@ -69,12 +77,14 @@ def verify(target: Target, data: Mapping[str, Any], rel: str, regen: str) -> int
     if wrong:
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
         raise LockInvalid(f"{rel} is not complete and closed: {wrong[0]}{more}; run: {regen}")
-    return len(parsed) if isinstance(parsed, list) else len(parsed["package"])
+    return len(parsed)
 
 
-def _parse_body(target: Target, body: str, first_line: int) -> Any:
-    """The body as data: requirements Pins (pip/system) or conda-lock's mapping; ValueError if
-    not."""
+def _parse_body(
+    target: Target, body: str, first_line: int
+) -> list[Pin] | list[Mapping[str, object]]:
+    """The body's packages: requirements Pins (pip/system) or conda-lock's package mappings;
+    ValueError if not."""
     if target.spec.path != "conda":
         try:
             return parse_lock(body, first_line)
@@ -92,20 +102,25 @@ def _parse_body(target: Target, body: str, first_line: int) -> Any:
     packages = data.get("package") if isinstance(data, dict) else None
     if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
         raise ValueError("the lock's body is not a conda-lock file (no list of packages)")
-    return data
+    return packages
 
 
 # -- complete and closed -----------------------------------------------------------------------
 
 
-def _closure(target: Target, parsed: Any, platform: str) -> list[str]:
+def _closure(
+    target: Target, parsed: list[Pin] | list[Mapping[str, object]], platform: str
+) -> list[str]:
+    # The list is of one kind, the one _parse_body read for this path: each filter keeps it all.
     if target.spec.path != "conda":
         env = marker_environment(target.spec.python, platform)
-        return closure_problems(lockinputs.requirements_in(target), parsed, "requirements.in", env)
-    return conda_closure_problems(lockinputs.read_environment(target), parsed["package"])
+        pins = [p for p in parsed if isinstance(p, Pin)]
+        return closure_problems(lockinputs.requirements_in(target), pins, "requirements.in", env)
+    packages = [p for p in parsed if isinstance(p, Mapping)]
+    return conda_closure_problems(lockinputs.read_environment(target), packages)
 
 
-def conda_closure_problems(env: Environment, packages: Sequence[Mapping[str, Any]]) -> list[str]:
+def conda_closure_problems(env: Environment, packages: Sequence[Mapping[str, object]]) -> list[str]:
     """Per platform: every match spec of environment.yml is met by a conda package and every pip
     requirement by a pip package (or a Python package conda provides); every dependency a package
     names is in the lock (virtual packages aside); every package is reachable from the inputs
@@ -118,9 +133,9 @@ def conda_closure_problems(env: Environment, packages: Sequence[Mapping[str, Any
 
 
 def _platform_closure(
-    env: Environment, pkgs: Sequence[Mapping[str, Any]], platform: str
+    env: Environment, pkgs: Sequence[Mapping[str, object]], platform: str
 ) -> list[str]:
-    table: dict[tuple[str, str], Mapping[str, Any]] = {
+    table: dict[tuple[str, str], Mapping[str, object]] = {
         (str(p.get("manager")), norm(str(p.get("name"))) if p.get("manager") == "pip"
          else str(p.get("name"))): p
         for p in pkgs
@@ -180,7 +195,7 @@ def _platform_closure(
     return out
 
 
-def _conda_requirement(text: str, conda: Mapping[str, Mapping[str, Any]]) -> tuple[str, str]:
+def _conda_requirement(text: str, conda: Mapping[str, Mapping[str, object]]) -> tuple[str, str]:
     """(the locked package a match spec names, what is wrong: '' when the lock meets it)."""
     from rattler import MatchSpec, Version, VersionSpec
 

@@ -18,8 +18,9 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from provision.jsontypes import JSONObject
 from provision.lock import lockinputs, pylock
 from provision.lock.lockinputs import Target, strip_auth
 from provision.lock.requirements import normal_requirement, pins
@@ -36,15 +37,33 @@ HEADER_LINES = 20
 
 # -- inputs, by meaning ------------------------------------------------------------------------
 
+# The header's provision-inputs: format and platforms always; conda: dependencies, pip, channels
+# and virtual-packages (platform -> {name: spec}); pip and system: requirements, python, target.
+LockInputs = TypedDict(
+    "LockInputs",
+    {
+        "format": int,
+        "platforms": list[str],
+        "dependencies": list[str],
+        "pip": list[str],
+        "channels": list[str],
+        "virtual-packages": dict[str, dict[str, str]],
+        "requirements": list[str],
+        "python": str,
+        "target": list[str],
+    },
+    total=False,
+)
 
-def inputs(target: Target, platforms: Sequence[str], channels: Sequence[str]) -> dict[str, Any]:
+
+def inputs(target: Target, platforms: Sequence[str], channels: Sequence[str]) -> LockInputs:
     """What the lock means to depend on; it goes into the lock's header with its digest.
 
     pip/system: requirements.in's requirements (normalised, sorted), the Python line, the
     platforms and wheel targets. conda: environment.yml's match specs and pip requirements (both
     normalised, sorted), the channels, the platforms and their virtual packages. Comments, blank
     lines, order and spelling are not inputs."""
-    data: dict[str, Any] = {"format": FORMAT, "platforms": sorted(platforms)}
+    data: LockInputs = {"format": FORMAT, "platforms": sorted(platforms)}
     if target.spec.path == "conda":
         env = lockinputs.read_environment(target)
         data["dependencies"] = sorted(set(env.conda))
@@ -59,7 +78,7 @@ def inputs(target: Target, platforms: Sequence[str], channels: Sequence[str]) ->
     return data
 
 
-def digest(data: Mapping[str, Any]) -> str:
+def digest(data: Mapping[str, object]) -> str:
     return hashlib.sha256(
         json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
     ).hexdigest()
@@ -82,7 +101,7 @@ def regen_command(target: Target, platforms: Sequence[str], channels: Sequence[s
     return shlex.join(argv)
 
 
-def header(target: Target, data: Mapping[str, Any], regen: str, body_sha256: str) -> str:
+def header(target: Target, data: LockInputs, regen: str, body_sha256: str) -> str:
     s = target.spec
     what = (
         f"{s.name}: TensorFlow {s.release.pin}, CUDA {s.cuda.version}, cuDNN {s.cudnn.version}, "
@@ -145,7 +164,7 @@ def write_atomic(path: Path, text: str) -> None:
 class Recorded:
     """A lock file's header, as far as it has one, and its body (everything after the header)."""
 
-    inputs: dict[str, Any] | None
+    inputs: JSONObject | None
     inputs_digest: str | None
     body_digest: str | None
     regen: str | None
@@ -200,15 +219,15 @@ def made_for(target: Target) -> tuple[list[str], list[str]]:
 # -- what changed ------------------------------------------------------------------------------
 
 
-def what_changed(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str:
-    """Why a lock made for `old` inputs is stale for `new` ones, on one line."""
+def what_changed(old: Mapping[str, object] | None, new: Mapping[str, object]) -> str:
+    """Why a lock made for `old` inputs (a header's, as read) is stale for `new` ones, on one
+    line."""
     if not old:
         return "the lock has no provision header"
-    if old.get("format") != new["format"]:
-        if isinstance(old.get("format"), int) and old["format"] > new["format"]:
-            return (
-                f"made by a newer provision (format {old['format']}); upgrade provision or re-lock"
-            )
+    was, now = old.get("format"), new["format"]
+    if was != now:
+        if isinstance(was, int) and isinstance(now, int) and was > now:
+            return f"made by a newer provision (format {was}); upgrade provision or re-lock"
         return "made by an older provision; re-lock"
     changed = []
     for key, label in (
@@ -233,9 +252,13 @@ def _key(requirement: str) -> str:
     return re.split(r"[\s=<>!~\[;@]", requirement, maxsplit=1)[0]
 
 
-def _list_change(old: Sequence[str], new: Sequence[str]) -> str:
-    before = {_key(r): r for r in old}
-    after = {_key(r): r for r in new}
+def _strings(value: object) -> list[str]:
+    return [str(r) for r in value] if isinstance(value, list) else []
+
+
+def _list_change(old: object, new: object) -> str:
+    before = {_key(r): r for r in _strings(old)}
+    after = {_key(r): r for r in _strings(new)}
     parts = []
     for name in sorted(before.keys() | after.keys()):
         a, b = before.get(name), after.get(name)
@@ -245,10 +268,12 @@ def _list_change(old: Sequence[str], new: Sequence[str]) -> str:
     return ", ".join(parts) or "reordered"
 
 
-def _virtual_change(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+def _virtual_change(old: object, new: object) -> str:
+    before = old if isinstance(old, dict) else {}
+    after = new if isinstance(new, dict) else {}
     parts = []
-    for platform in sorted(new):
-        a, b = old.get(platform) or {}, new[platform]
+    for platform in sorted(after):
+        a, b = before.get(platform) or {}, after[platform]
         for name in sorted(a.keys() | b.keys()):
             if a.get(name) != b.get(name):
                 parts.append(

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from provision import matrix
 from provision.errors import LockError, UsageError
@@ -49,7 +49,7 @@ def known_envs(out: Path) -> list[str]:
     if not out.is_dir():
         return []
 
-    def natural(name: str) -> list[Any]:
+    def natural(name: str) -> list[int | str]:
         return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
     return sorted((p.parent.name for p in out.glob(f"*/{META}")), key=natural)
@@ -83,15 +83,19 @@ def load_target(out: Path, name: str) -> Target:
     return Target(name, root, resolved)
 
 
-def load_yaml(path: Path | str) -> Any:
-    """YAML through libyaml where PyYAML has it (20x faster on a lock than the pure loader)."""
+def load_yaml(path: Path | str) -> object:
+    """YAML through libyaml where PyYAML has it (20x faster on a lock than the pure loader).
+
+    A document of any shape (mapping, list, scalar, dates, keys that are no strings): the reader
+    narrows it with isinstance."""
     import yaml
 
     text = path.read_text(encoding="utf-8") if isinstance(path, Path) else path
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    data: object = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return data
 
 
-def dump_yaml(data: Any) -> str:
+def dump_yaml(data: object) -> str:
     """What conda-lock's writer produces (PyYAML's dump, insertion order), through libyaml; the
     safe dumper: a lock holds plain data only."""
     import yaml
@@ -105,7 +109,7 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _input_yaml(target: Target, rel: str) -> dict[str, Any]:
+def _input_yaml(target: Target, rel: str) -> dict[str, object]:
     import yaml
 
     try:
@@ -119,14 +123,19 @@ def _input_yaml(target: Target, rel: str) -> dict[str, Any]:
     return data
 
 
+def _list(value: object) -> list[object]:
+    """A YAML list; nothing for null or a missing key."""
+    return value if isinstance(value, list) else []
+
+
 def strip_auth(url: str) -> str:
     return re.sub(r"//[^/@]+@", "//", url)
 
 
 def env_channels(target: Target) -> list[str]:
     """The channels environment.yml names (what conda-lock uses without --channel)."""
-    data = _input_yaml(target, "environment.yml")
-    return [str(c) for c in data.get("channels") or [] if str(c) != "nodefaults"]
+    channels = _input_yaml(target, "environment.yml").get("channels")
+    return [str(c) for c in _list(channels) if str(c) != "nodefaults"]
 
 
 @dataclass(frozen=True)
@@ -140,7 +149,7 @@ class Environment:
 def read_environment(target: Target) -> Environment:
     conda: list[str] = []
     pip: list[Requirement] = []
-    for dep in _input_yaml(target, "environment.yml").get("dependencies") or []:
+    for dep in _list(_input_yaml(target, "environment.yml").get("dependencies")):
         if isinstance(dep, dict) and "pip" in dep:
             lines = "\n".join(str(r) for r in dep["pip"] or [])
             pip += parse_requirements(lines, f"{target.name}/environment.yml (pip)")

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 from provision import _children, _proc, tools
 from provision.errors import LockError, UsageError
@@ -140,7 +139,8 @@ def problems(spec: EnvSpec, text: str) -> list[str]:
     return out
 
 
-def toml_loads(text: str) -> dict[str, Any]:
+def toml_loads(text: str) -> dict[str, object]:
+    """A TOML document: strings, numbers, booleans, dates and times, lists and tables."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
@@ -222,9 +222,11 @@ def as_of(
         why = uv_reason(done.stderr or done.stdout)
         raise LockError(f"uv cannot find {pin} for {target}: {why}")
     data = toml_loads((workdir / "pylock.tensorflow.toml").read_text(encoding="utf-8"))
+    packages = data.get("packages", [])
     times = [
         f["upload-time"]
-        for pkg in data.get("packages", [])
+        for pkg in (packages if isinstance(packages, list) else [])
+        if isinstance(pkg, dict)
         for f in [*(pkg.get("wheels") or []), *([pkg["sdist"]] if pkg.get("sdist") else [])]
         if isinstance(f.get("upload-time"), datetime)
     ]

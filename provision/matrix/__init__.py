@@ -9,13 +9,15 @@ from __future__ import annotations
 import difflib
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from packaging.version import InvalidVersion, Version
 
+from provision import records
 from provision.errors import MatrixError, UnknownRelease, UsageError
 from provision.payload import targets as gpu_targets
 
@@ -26,6 +28,19 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 DATA_FILE = Path(__file__).parent.parent / "data" / "matrix.toml"
 SCHEMA = 1
+
+
+def _not_a_version(value: str) -> str | None:
+    """Why `value` is no version ("" is fine: the field is empty on purpose)."""
+    if value:
+        try:
+            Version(value)
+        except InvalidVersion:
+            return "is not a version"
+    return None
+
+
+VERSION = records.checked(_not_a_version)  # field metadata: the string is a version, or ""
 
 
 @dataclass(frozen=True)
@@ -41,10 +56,12 @@ class Source:
 class Cuda:
     """One CUDA toolkit release as TensorFlow builds against it."""
 
-    version: str  # major.minor, the key releases refer to
-    full: str
-    driver_min: str  # the toolkit's own minimum Linux driver (release notes, table 3)
-    driver_compat_min: str  # minor-version-compatibility floor for this major
+    version: str = field(metadata=VERSION)  # major.minor, the key releases refer to
+    full: str = field(metadata=VERSION)
+    # the toolkit's own minimum Linux driver (release notes, table 3)
+    driver_min: str = field(metadata=VERSION)
+    # minor-version-compatibility floor for this major
+    driver_compat_min: str = field(metadata=VERSION)
     runfile: str
     runfile_url: str
     runfile_sha256: str
@@ -64,13 +81,14 @@ class Cuda:
 
 @dataclass(frozen=True)
 class Cudnn:
-    version: str  # major.minor, the key releases refer to
-    full: str
+    version: str = field(metadata=VERSION)  # major.minor, the key releases refer to
+    full: str = field(metadata=VERSION)
     cuda_major: int
     archive: str
     url: str
     sha256: str
-    conda_forge: str  # conda-forge `cudnn` version to use, "" when it has no compatible build
+    # conda-forge `cudnn` version to use, "" when it has no compatible build
+    conda_forge: str = field(metadata=VERSION)
     pip: str  # exact pip requirement for the NVIDIA wheel, "" when none exists on PyPI
     sources: tuple[str, ...]
     note: str = ""
@@ -82,17 +100,17 @@ class Cudnn:
 
 @dataclass(frozen=True)
 class Release:
-    tf: str  # major.minor
-    latest: str
-    pin: str  # the exact version that resolves: `tensorflow==<pin>`
+    tf: str = field(metadata=VERSION)  # major.minor
+    latest: str = field(metadata=VERSION)
+    pin: str = field(metadata=VERSION)  # the exact version that resolves: `tensorflow==<pin>`
     python: tuple[str, ...]
     cuda: str
     cudnn: str
     and_cuda: tuple[str, ...]  # requirement strings of the wheel's `and-cuda` extra, as published
     pip_wheels: dict[str, str]  # NVIDIA wheels the pip path pins exactly: name -> version
-    compute_min: str
+    compute_min: str = field(metadata=VERSION)
     compute_targets: tuple[str, ...]
-    glibc_min: str
+    glibc_min: str = field(metadata=VERSION)
     windows_native_gpu: bool
     sources: tuple[str, ...]
     pin_note: str = ""
@@ -106,7 +124,7 @@ class Release:
 
 @dataclass(frozen=True)
 class CondaForgeCudnn:
-    version: str
+    version: str = field(metadata=VERSION)
     cuda_major: int
     sources: tuple[str, ...]
 
@@ -185,158 +203,62 @@ def load(path: Path = DATA_FILE) -> Matrix:
     return parse(raw)
 
 
-class _Row:
-    """Reads one table of the data file, naming the row and field in every error."""
+@dataclass(frozen=True)
+class _File:
+    """The data file's tables as written, before the checks across rows; `named` says what error
+    messages call each row."""
 
-    def __init__(self, where: str, raw: dict[str, Any]):
-        self.where, self.raw = where, raw
-        self.seen: set[str] = set()
-
-    def get(self, key: str, kind: type, default: Any = ...) -> Any:
-        self.seen.add(key)
-        if key not in self.raw:
-            if default is ...:
-                raise MatrixError(f"{self.where}: missing field {key!r}")
-            return default
-        value = self.raw[key]
-        if not isinstance(value, kind):
-            raise MatrixError(f"{self.where}: field {key!r} must be {kind.__name__}, got {value!r}")
-        return value
-
-    def version(self, key: str, default: Any = ...) -> str:
-        value: str = self.get(key, str, default)
-        if value:
-            try:
-                Version(value)
-            except InvalidVersion as exc:
-                msg = f"{self.where}: field {key!r}: {value!r} is not a version"
-                raise MatrixError(msg) from exc
-        return value
-
-    def strings(self, key: str, default: Any = ...) -> tuple[str, ...]:
-        values = self.get(key, list, default)
-        if not all(isinstance(v, str) for v in values):
-            raise MatrixError(f"{self.where}: field {key!r} must be a list of strings")
-        return tuple(values)
-
-    def done(self) -> None:
-        extra = sorted(set(self.raw) - self.seen)
-        if extra:
-            raise MatrixError(f"{self.where}: unknown field(s) {', '.join(extra)}")
+    schema: int
+    source: tuple[Source, ...] = field(metadata=records.named("source[{i}]"))
+    cuda: tuple[Cuda, ...] = field(metadata=records.named("cuda {version}"))
+    cudnn: tuple[Cudnn, ...] = field(metadata=records.named("cudnn {version}"))
+    conda_forge: CondaForge = field(metadata=records.named("conda_forge"))
+    release: tuple[Release, ...] = field(metadata=records.named("release {tf}"))
 
 
-def parse(raw: dict[str, Any]) -> Matrix:
-    top = _Row("matrix", raw)
-    if top.get("schema", int) != SCHEMA:
-        raise MatrixError(f"matrix: schema {raw.get('schema')!r} is not {SCHEMA}")
+_Row = TypeVar("_Row", Cuda, Cudnn)
+
+
+def parse(raw: Mapping[str, object]) -> Matrix:
+    schema = raw.get("schema")
+    if isinstance(schema, int) and schema != SCHEMA:  # before the tables: they may differ
+        raise MatrixError(f"matrix: schema {schema!r} is not {SCHEMA}")
+    data = records.read(_File, raw, "matrix", MatrixError)
     sources: dict[str, Source] = {}
-    for i, item in enumerate(top.get("source", list)):
-        r = _Row(f"source[{i}]", item)
-        src = Source(
-            r.get("id", str),
-            r.get("url", str),
-            r.get("retrieved", str),
-            r.get("what", str),
-            r.get("note", str, ""),
-        )
-        r.done()
+    for src in data.source:
         if src.id in sources:
             raise MatrixError(f"source {src.id!r}: duplicate id")
         sources[src.id] = src
 
-    def cited(r: _Row) -> tuple[str, ...]:
-        ids = r.strings("sources")
+    def cite(where: str, ids: tuple[str, ...]) -> None:
         if not ids:
-            raise MatrixError(f"{r.where}: cites no source")
+            raise MatrixError(f"{where}: cites no source")
         for sid in ids:
             if sid not in sources:
-                raise MatrixError(f"{r.where}: cites unknown source {sid!r}")
-        return ids
+                raise MatrixError(f"{where}: cites unknown source {sid!r}")
 
-    cudas: dict[str, Cuda] = {}
-    for item in top.get("cuda", list):
-        r = _Row(f"cuda {item.get('version', '?')}", item)
-        row = Cuda(
-            r.version("version"),
-            r.version("full"),
-            r.version("driver_min"),
-            r.version("driver_compat_min"),
-            r.get("runfile", str),
-            r.get("runfile_url", str),
-            r.get("runfile_sha256", str),
-            r.get("runfile_md5", str),
-            dict(r.get("conda", dict)),
-            cited(r),
-            r.get("note", str, ""),
-        )
-        r.done()
-        if row.version in cudas:
-            raise MatrixError(f"{r.where}: duplicate row")
-        cudas[row.version] = row
+    def by_version(kind: str, rows: tuple[_Row, ...]) -> dict[str, _Row]:
+        found: dict[str, _Row] = {}
+        for row in rows:
+            where = f"{kind} {row.version}"
+            cite(where, row.sources)
+            if row.version in found:
+                raise MatrixError(f"{where}: duplicate row")
+            found[row.version] = row
+        return found
 
-    cudnns: dict[str, Cudnn] = {}
-    for item in top.get("cudnn", list):
-        r = _Row(f"cudnn {item.get('version', '?')}", item)
-        row_d = Cudnn(
-            r.version("version"),
-            r.version("full"),
-            r.get("cuda_major", int),
-            r.get("archive", str),
-            r.get("url", str),
-            r.get("sha256", str),
-            r.version("conda_forge"),
-            r.get("pip", str),
-            cited(r),
-            r.get("note", str, ""),
-        )
-        r.done()
-        if row_d.version in cudnns:
-            raise MatrixError(f"{r.where}: duplicate row")
-        cudnns[row_d.version] = row_d
+    cudas = by_version("cuda", data.cuda)
+    cudnns = by_version("cudnn", data.cudnn)
 
-    cf = _Row("conda_forge", top.get("conda_forge", dict))
-    forge_cudnn = []
-    for i, item in enumerate(cf.get("cudnn", list)):
-        r = _Row(f"conda_forge.cudnn[{i}]", item)
-        forge_cudnn.append(
-            CondaForgeCudnn(r.version("version"), r.get("cuda_major", int), cited(r))
-        )
-        r.done()
-    forge = CondaForge(
-        tuple(cf.strings("cudatoolkit")),
-        tuple(cf.strings("cuda_version")),
-        tuple(cf.strings("cuda12_packages")),
-        tuple(forge_cudnn),
-        cited(cf),
-        cf.get("note", str, ""),
-    )
-    cf.done()
+    forge = data.conda_forge
+    for i, row_f in enumerate(forge.cudnn):
+        cite(f"conda_forge.cudnn[{i}]", row_f.sources)
+    cite("conda_forge", forge.sources)
 
-    releases: list[Release] = []
-    for item in top.get("release", list):
-        r = _Row(f"release {item.get('tf', '?')}", item)
-        rel = Release(
-            tf=r.version("tf"),
-            latest=r.version("latest"),
-            pin=r.version("pin"),
-            python=r.strings("python"),
-            cuda=r.get("cuda", str),
-            cudnn=r.get("cudnn", str),
-            and_cuda=r.strings("and_cuda"),
-            pip_wheels=dict(r.get("pip_wheels", dict)),
-            compute_min=r.version("compute_min"),
-            compute_targets=r.strings("compute_targets"),
-            glibc_min=r.version("glibc_min"),
-            windows_native_gpu=r.get("windows_native_gpu", bool),
-            sources=cited(r),
-            pin_note=r.get("pin_note", str, ""),
-            note=r.get("note", str, ""),
-            disagreements=r.strings("disagreements", []),
-        )
-        r.done()
-        releases.append(rel)
-    top.done()
+    for rel in data.release:
+        cite(f"release {rel.tf}", rel.sources)
 
+    releases = list(data.release)
     _validate(releases, cudas, cudnns, forge)
     return Matrix(tuple(releases), cudas, cudnns, forge, sources)
 

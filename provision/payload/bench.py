@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import time
+from types import ModuleType
 from typing import Any
 
 from .bench_facts import device_details, software
@@ -52,6 +53,10 @@ from .bench_schema import (
     SCHEMA,
     STRATEGIES,
     TOOL,
+    Config,
+    Failure,
+    Run,
+    Skip,
 )
 from .bench_train import Clock, CustomTrainer, FitTrainer, Skipped, accuracy, event
 
@@ -114,7 +119,7 @@ def check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     return counts, precisions
 
 
-def setup_devices(tf: Any, args: argparse.Namespace) -> list[str]:
+def setup_devices(tf: ModuleType, args: argparse.Namespace) -> list[str]:
     """Configure devices before TensorFlow initialises; return the device names to spread over."""
     if args.cpu_devices:
         cpu = tf.config.list_physical_devices("CPU")[0]
@@ -157,18 +162,18 @@ def why_not(args: argparse.Namespace, count: int, available: int) -> str:
 
 
 def run_config(
-    tf: Any,
+    tf: ModuleType,
     args: argparse.Namespace,
     devices: list[str],
     precision: str,
-    data: tuple[Any, Any, Any, Any],
+    data: tuple[Any, Any, Any, Any],  # x_train, y_train, x_test, y_test: tensors or arrays
     classes: int,
     messages: list[str],
-) -> dict[str, Any]:
+) -> Run:
     t_start = time.perf_counter()
     n = len(devices)
     gb = global_batch(args, n, messages)
-    label = {"gpus": n, "precision": precision}
+    label: Config = {"gpus": n, "precision": precision}
     set_policy(tf, precision)
     tf.keras.backend.set_image_data_format(args.data_format)
     if args.strategy == "default":
@@ -184,7 +189,7 @@ def run_config(
     try:
         with strategy.scope():
             model = build_model(tf, args, classes)
-            trainer: Any
+            trainer: FitTrainer | CustomTrainer
             if args.loop == "fit":
                 trainer = FitTrainer(tf, args, model, data, gb)
             else:
@@ -205,18 +210,25 @@ def run_config(
         tf.keras.backend.clear_session()
         set_policy(tf, "float32")
         tf.keras.backend.set_image_data_format("channels_last")
-    step_s = timing.pop("step_s")
+    step_s = timing["step_s"]
     ips = gb / step_s
-    return {
-        **label,
+    return {  # the report's order: the configuration, its speed, its clock, what it did
+        "gpus": n,
+        "precision": precision,
         "global_batch": gb,
         "step_ms": round(step_s * 1000, 3),
         "images_per_s": round(ips, 1),
         "epoch_s": round(args.epoch_images / ips, 2),
         "accuracy": round(acc, 4),
-        **timing,
+        "first_step_s": timing["first_step_s"],
+        "executions": timing["executions"],
+        "timed_steps": timing["timed_steps"],
+        "estimate_s": timing["estimate_s"],
         "seconds": round(time.perf_counter() - t_start, 2),
-        **observed,
+        "xla": observed["xla"],
+        "optimizer_xla": observed["optimizer_xla"],
+        "pipeline": observed["pipeline"],
+        "custom_traces": observed["custom_traces"],
         "compute_dtype": dtype,
         "input_shape": shape,
         "strategy": type(strategy).__name__,
@@ -225,7 +237,7 @@ def run_config(
 
 
 def load_data(
-    tf: Any, args: argparse.Namespace, largest_batch: int
+    tf: ModuleType, args: argparse.Namespace, largest_batch: int
 ) -> tuple[tuple[Any, Any, Any, Any], int]:
     """(x_train, y_train, x_test, y_test) in the model's data format, and the class count."""
     if args.dataset:
@@ -241,8 +253,9 @@ def load_data(
     return (xtr, ytr, xte, yte), classes
 
 
-def speedups(report: dict[str, Any]) -> None:
-    runs, messages = report["runs"], report["messages"]
+def speedups(runs: list[Run], messages: list[str]) -> None:
+    """Each run's speed-up over 1 x float32 (else the smallest run), and its scaling
+    efficiency."""
     base = next((r for r in runs if r["precision"] == "float32" and r["gpus"] == 1), None)
     if base is None:
         base = min(runs, key=lambda r: (r["gpus"], r["precision"]))
@@ -267,7 +280,10 @@ def warnings_before(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None, prog: str = "bench") -> int:
     args = parse_args(argv, prog)
-    report: dict[str, Any] = {}
+    report: dict[str, object] = {}
+    runs: list[Run] = []
+    failed: list[Failure] = []
+    skipped: list[Skip] = []
     try:
         counts, precisions = check(args)
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -292,15 +308,15 @@ def main(argv: list[str] | None = None, prog: str = "bench") -> int:
                 {"precision": p, "n": n, "tflops": round(matmul_tflops(tf, devices[0], p, n), 2)}
                 for p in precisions
             ],
-            "runs": [],
-            "failed": [],
-            "skipped": [],
+            "runs": runs,
+            "failed": failed,
+            "skipped": skipped,
             "messages": messages,
         }
         warnings_before(args)
         configs = [(prec, c) for prec in precisions for c in counts]
         for index, (prec, c) in enumerate(configs, start=1):
-            where = {"gpus": c, "precision": prec}
+            where: Config = {"gpus": c, "precision": prec}
             event(event="config", index=index, total=len(configs), **where)
             reason = why_not(args, c, len(devices))
             try:
@@ -310,15 +326,15 @@ def main(argv: list[str] | None = None, prog: str = "bench") -> int:
             except BenchError:
                 raise
             except Skipped as exc:
-                report["skipped"].append({**where, "reason": str(exc)})
+                skipped.append({**where, "reason": str(exc)})
                 event(event="skipped", reason=str(exc), **where)
                 continue
             except Exception as exc:  # one configuration failing must not hide the others
                 first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                report["failed"].append({**where, "error": first[:300]})
+                failed.append({**where, "error": first[:300]})
                 event(event="failed", error=first[:300], **where)
                 continue
-            report["runs"].append(row)
+            runs.append(row)
             event(
                 event="result",
                 images_per_s=row["images_per_s"],
@@ -327,8 +343,8 @@ def main(argv: list[str] | None = None, prog: str = "bench") -> int:
                 **where,
             )
         report["software"] = software(tf)
-        if report["runs"]:
-            speedups(report)
+        if runs:
+            speedups(runs, messages)
     except BenchError as exc:
         print(f"benchmark: error: {exc}", file=sys.stderr)
         if not report:

@@ -4,22 +4,24 @@ and cuDNN it really loaded (read as the smoke test reads them), and the devices 
 import os
 import platform
 import re
-from typing import Any, Dict, List, Optional
+from types import ModuleType
+from typing import List, Optional
 
 from . import cudalibs, probes
+from .bench_schema import DeviceDetail, Loaded, Software
 from .context import dist_version
 
 _DECODERS = {"cudart": cudalibs.cudart_version, "cudnn": cudalibs.cudnn_version}
 
 
-def _loaded(lib: str) -> Optional[Dict[str, Any]]:
+def _loaded(lib: str) -> Optional[Loaded]:
     """The copy of lib<lib>.so this process mapped, and the version it reports; None if none."""
     paths = [
         p for p in probes.loaded_libraries() if re.match(rf"lib{lib}\.so", os.path.basename(p))
     ]
     if not paths:
         return None
-    entry: Dict[str, Any] = {"path": paths[0], "version": None}
+    entry: Loaded = {"path": paths[0], "version": None}
     try:
         entry["version"] = _DECODERS[lib](probes.loaded_version(paths[0], lib))
     except (OSError, AttributeError, ValueError) as exc:
@@ -27,7 +29,7 @@ def _loaded(lib: str) -> Optional[Dict[str, Any]]:
     return entry
 
 
-def keras_version(tf: Any) -> Optional[str]:
+def keras_version(tf: ModuleType) -> Optional[str]:
     """The version of the Keras that tf.keras is (Keras 3, Keras 2, or tf_keras)."""
     found = getattr(tf.keras, "__version__", None)
     if found:
@@ -36,7 +38,7 @@ def keras_version(tf: Any) -> Optional[str]:
     return dist_version("tf_keras" if module.startswith("tf_keras") else "keras")
 
 
-def software(tf: Any) -> Dict[str, Any]:
+def software(tf: ModuleType) -> Software:
     """Versions as loaded: call it after training, when TensorFlow has loaded cuDNN."""
     build = dict(tf.sysconfig.get_build_info())
     try:
@@ -60,12 +62,12 @@ def software(tf: Any) -> Dict[str, Any]:
     }
 
 
-def device_details(tf: Any, names: List[str]) -> List[Dict[str, Any]]:
+def device_details(tf: ModuleType, names: List[str]) -> List[DeviceDetail]:
     """Name and compute capability of each GPU TensorFlow used (CPU devices: their names)."""
     gpus = tf.config.list_physical_devices("GPU")
     out = []
     for name in names:
-        row: Dict[str, Any] = {"device": name, "name": None, "compute_capability": None}
+        row: DeviceDetail = {"device": name, "name": None, "compute_capability": None}
         if "GPU" in name:
             index = int(name.rsplit(":", 1)[-1])
             try:
@@ -73,10 +75,8 @@ def device_details(tf: Any, names: List[str]) -> List[Dict[str, Any]]:
             except (IndexError, ValueError, RuntimeError):
                 det = {}
             cc = det.get("compute_capability")
-            row.update(
-                name=det.get("device_name"),
-                compute_capability="{}.{}".format(*cc) if cc else None,
-            )
+            row["name"] = det.get("device_name")
+            row["compute_capability"] = "{}.{}".format(*cc) if cc else None
         else:
             row["name"] = platform.processor() or platform.machine()
         out.append(row)

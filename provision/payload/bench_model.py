@@ -7,7 +7,10 @@ import argparse
 import os
 import statistics
 import time
-from typing import Any, Dict, Tuple
+from types import ModuleType
+from typing import Any, Protocol, Sequence, Tuple
+
+from .bench_schema import Task
 
 # ResNet50's BatchNormalization follows the batches this much faster than Keras's 0.99, so that
 # its moving statistics match the weights after a benchmark's few dozen steps and held-out
@@ -21,7 +24,7 @@ class BenchError(Exception):
     """A configuration the benchmark cannot run (the message says why); exit status 1."""
 
 
-def synthetic(tf: Any, args: argparse.Namespace, n: int, seed: int) -> Tuple[Any, Any]:
+def synthetic(tf: ModuleType, args: argparse.Namespace, n: int, seed: int) -> Tuple[Any, Any]:
     """n images of the synthetic task (NHWC, on the CPU) and their labels.
 
     Class c's images are its fixed smooth pattern plus unit Gaussian noise: the label is the
@@ -38,7 +41,7 @@ def synthetic(tf: Any, args: argparse.Namespace, n: int, seed: int) -> Tuple[Any
     return x, y
 
 
-def task(args: argparse.Namespace, n_train: int, n_test: int, classes: int) -> Dict[str, Any]:
+def task(args: argparse.Namespace, n_train: int, n_test: int, classes: int) -> Task:
     """What the accuracy column measures, for the report."""
     if args.dataset:
         what = f"images from {args.dataset} (.npz x, y): 90 % train, the rest is held out"
@@ -68,7 +71,7 @@ def task(args: argparse.Namespace, n_train: int, n_test: int, classes: int) -> D
     }
 
 
-def load_dataset(tf: Any, path: str) -> Tuple[Any, Any, Any, Any]:
+def load_dataset(tf: ModuleType, path: str) -> Tuple[Any, Any, Any, Any]:
     import numpy as np
 
     files = sorted(f for f in os.listdir(path) if f.endswith(".npz"))
@@ -86,7 +89,7 @@ def load_dataset(tf: Any, path: str) -> Tuple[Any, Any, Any, Any]:
     return x[:cut], y[:cut], x[cut:], y[cut:]
 
 
-def to_format(tf: Any, x: Any, data_format: str) -> Any:
+def to_format(tf: ModuleType, x: Any, data_format: str) -> Any:
     """NHWC images as the model takes them: NCHW for channels_first."""
     if data_format == "channels_first":
         with tf.device("/CPU:0"):
@@ -94,7 +97,7 @@ def to_format(tf: Any, x: Any, data_format: str) -> Any:
     return x
 
 
-def build_model(tf: Any, args: argparse.Namespace, classes: int) -> Any:
+def build_model(tf: ModuleType, args: argparse.Namespace, classes: int) -> Any:
     """The model, in the image data format Keras is set to (the caller sets args.data_format)."""
     keras = tf.keras
     size = args.image_size
@@ -129,7 +132,14 @@ def build_model(tf: Any, args: argparse.Namespace, classes: int) -> Any:
     )
 
 
-def compute_dtype(model: Any) -> str:
+class Layered(Protocol):
+    """A Keras model as compute_dtype reads it: its layers (a nested model has its own)."""
+
+    @property
+    def layers(self) -> Sequence[object]: ...
+
+
+def compute_dtype(model: Layered) -> str:
     """The dtype the first layer with weights computes in (what the precision policy did)."""
     stack = list(model.layers)
     while stack:
@@ -142,14 +152,14 @@ def compute_dtype(model: Any) -> str:
     return ""
 
 
-def set_policy(tf: Any, name: str) -> None:
+def set_policy(tf: ModuleType, name: str) -> None:
     mp = getattr(tf.keras, "mixed_precision", None)
     if mp is None:  # pragma: no cover - very old Keras
         raise BenchError("this TensorFlow has no Keras mixed precision")
     mp.set_global_policy(name)
 
 
-def matmul_tflops(tf: Any, device: str, precision: str, n: int) -> float:
+def matmul_tflops(tf: ModuleType, device: str, precision: str, n: int) -> float:
     dtype = {"float32": tf.float32, "mixed_float16": tf.float16, "mixed_bfloat16": tf.bfloat16}[
         precision
     ]

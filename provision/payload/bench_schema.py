@@ -28,8 +28,10 @@ Schema 1 reports (no hardware, software, task or the newer settings) still read:
 in the settings their runs had and leaves what they did not record as null.
 """
 
+from __future__ import annotations
+
 import copy
-from typing import Any, Dict, List
+from typing import Dict, List, Optional, TypedDict
 
 SCHEMA = 2
 TOOL = "provision-bench"
@@ -44,7 +46,7 @@ DATA = ("tf.data", "synthetic-tensor")  # a shuffled, batched, prefetched pipeli
 DATA_FORMATS = ("channels_last", "channels_first")
 STRATEGIES = ("mirrored", "default")  # MirroredStrategy, or TensorFlow's default (one device)
 # The options' defaults, here once: the payload's command line and `provision bench` use them.
-DEFAULTS: Dict[str, Any] = {
+DEFAULTS: Dict[str, str | int | None] = {
     "gpus": "1",
     "precision": ",".join(PRECISIONS),
     "model": "resnet50",
@@ -71,7 +73,7 @@ DEFAULTS: Dict[str, Any] = {
 }
 # Settings schema 1 did not record, at the values its runs had (it always compiled with
 # jit_compile=bool(--jit): False was an explicit "off", not Keras's default).
-SCHEMA1_SETTINGS: Dict[str, Any] = {
+SCHEMA1_SETTINGS: Dict[str, str | int] = {
     "steps_per_execution": 1,
     "data_format": "channels_last",
     "data": "tf.data",
@@ -96,11 +98,104 @@ RUN_FIELDS = (
 )
 
 
+# What the benchmark writes, typed where it is made (the host reads reports of any schema version
+# as parsed JSON, and narrows each field where it reads it).
+
+
+class Config(TypedDict):
+    """A configuration: how many devices, in which precision."""
+
+    gpus: int
+    precision: str
+
+
+class Skip(Config):
+    reason: str
+
+
+class Failure(Config):
+    error: str
+
+
+class _Run(Config):
+    global_batch: int
+    step_ms: float
+    images_per_s: float
+    epoch_s: float
+    accuracy: float
+    first_step_s: float
+    executions: int
+    timed_steps: int
+    estimate_s: Optional[float]
+    seconds: float
+    xla: bool
+    optimizer_xla: Optional[bool]
+    pipeline: List[str]
+    custom_traces: Optional[int]
+    compute_dtype: str
+    input_shape: List[int]
+    strategy: str
+    replicas: int
+
+
+class Run(_Run, total=False):
+    """A configuration that ran; speedup and efficiency come once every run is in."""
+
+    speedup: float
+    efficiency: float
+
+
+class Task(TypedDict):
+    """What the accuracy column measures."""
+
+    kind: str
+    description: str
+    classes: int
+    chance: float
+    train_images: int
+    test_images: int
+
+
+class DeviceDetail(TypedDict):
+    device: str
+    name: Optional[str]
+    compute_capability: Optional[str]
+
+
+class Build(TypedDict):
+    """What TensorFlow was built with (tf.sysconfig.get_build_info)."""
+
+    cuda: Optional[str]
+    cudnn: Optional[str]
+    compute_capabilities: List[str]
+
+
+class _Loaded(TypedDict):
+    path: str
+    version: Optional[str]
+
+
+class Loaded(_Loaded, total=False):
+    """The copy of a library the process mapped, its version, or why it could not be read."""
+
+    error: str
+
+
+class Software(TypedDict):
+    python: str
+    tensorflow: str
+    keras: Optional[str]
+    keras_module: str
+    numpy: Optional[str]
+    build: Build
+    loaded: Dict[str, Optional[Loaded]]
+
+
 class ReportError(ValueError):
     """Not a benchmark report (the message says what it is instead)."""
 
 
-def upgrade(report: Dict[str, Any]) -> Dict[str, Any]:
+def upgrade(report: object) -> Dict[str, object]:
     """A copy of one environment's report in the current schema's shape."""
     if not isinstance(report, dict) or report.get("tool") != TOOL:
         raise ReportError('not a provision-bench report (no "tool": "provision-bench")')
@@ -128,7 +223,7 @@ def upgrade(report: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def read(document: Any) -> List[Dict[str, Any]]:
+def read(document: object) -> List[Dict[str, object]]:
     """The reports in a report or a set of reports, each upgraded; ReportError otherwise."""
     if isinstance(document, dict) and document.get("tool") == SET_TOOL:
         return [upgrade(r) for r in document.get("reports", [])]

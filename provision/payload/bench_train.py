@@ -16,13 +16,34 @@ import json
 import statistics
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
 from .bench_model import LEARNING_RATE
-from .bench_schema import EVENT
+from .bench_schema import EVENT, Config
 
 
-def event(**fields: Any) -> None:
+class Timing(TypedDict):
+    """A configuration's clock: the first step, the median step after warm-up, and the count."""
+
+    first_step_s: float
+    step_s: float
+    executions: int
+    timed_steps: int
+    estimate_s: Optional[float]
+
+
+class Observed(TypedDict):
+    """What the training really did: XLA for the step and the optimizer, the input's dataset
+    ops, and how often our own loop's function was traced (None for Keras's fit)."""
+
+    xla: bool
+    optimizer_xla: Optional[bool]
+    pipeline: List[str]
+    custom_traces: Optional[int]
+
+
+def event(**fields: object) -> None:
     """Progress for whoever runs the benchmark (`provision bench` shows it): which configuration
     starts, how long it will take once its first steps are timed, how it ended."""
     print(EVENT + json.dumps(fields), file=sys.stderr, flush=True)
@@ -35,7 +56,7 @@ class Skipped(Exception):
 class Clock:
     """The end of each execution: (last step index, time); the probe and the summary."""
 
-    def __init__(self, args: argparse.Namespace, label: Dict[str, Any], extra_steps: float) -> None:
+    def __init__(self, args: argparse.Namespace, label: Config, extra_steps: float) -> None:
         self.args = args
         self.label = label  # gpus, precision: which configuration the events are about
         self.extra_steps = extra_steps  # evaluation and extra training, in training steps
@@ -69,7 +90,7 @@ class Clock:
             return False
         return True
 
-    def summary(self) -> Dict[str, Any]:
+    def summary(self) -> Timing:
         """first_step_s, step_s (median after warm-up), executions, timed_steps."""
         if not self.marks:
             raise Skipped("no step finished")
@@ -96,7 +117,7 @@ def _sync(value: Any) -> None:
             float(value)
 
 
-def pipeline(tf: Any, args: argparse.Namespace, x: Any, y: Any, gb: int) -> Any:
+def pipeline(tf: ModuleType, args: argparse.Namespace, x: Any, y: Any, gb: int) -> Any:
     """The training input as a tf.data.Dataset: shuffled and batched, or one batch repeated."""
     if args.data == "synthetic-tensor":
         return tf.data.Dataset.from_tensors((x[:gb], y[:gb])).repeat()
@@ -104,7 +125,7 @@ def pipeline(tf: Any, args: argparse.Namespace, x: Any, y: Any, gb: int) -> Any:
     return ds.repeat().batch(gb, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
-def pipeline_ops(tf: Any, ds: Any) -> List[str]:
+def pipeline_ops(tf: ModuleType, ds: Any) -> List[str]:
     """The dataset ops the input really runs (from its graph): what --data changed."""
     try:
         graph = tf.compat.v1.GraphDef()
@@ -114,14 +135,16 @@ def pipeline_ops(tf: Any, ds: Any) -> List[str]:
         return []
 
 
-def _jit_arg(args: argparse.Namespace) -> Dict[str, Any]:
+def _jit_arg(args: argparse.Namespace) -> Dict[str, bool]:
     return {} if args.jit == "auto" else {"jit_compile": args.jit == "on"}
 
 
 class FitTrainer:
     """Keras's own loop: model.compile(jit_compile=..., steps_per_execution=...) and model.fit."""
 
-    def __init__(self, tf: Any, args: argparse.Namespace, model: Any, data: Any, gb: int) -> None:
+    def __init__(
+        self, tf: ModuleType, args: argparse.Namespace, model: Any, data: Any, gb: int
+    ) -> None:
         self.tf, self.args, self.model = tf, args, model
         model.compile(
             optimizer=tf.keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=0.9),
@@ -149,7 +172,7 @@ class FitTrainer:
             self.ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Marks()], shuffle=False
         )
 
-    def observed(self) -> Dict[str, Any]:
+    def observed(self) -> Observed:
         optimizer = self.model.optimizer
         inner = getattr(optimizer, "inner_optimizer", optimizer)
         xla = getattr(inner, "jit_compile", None)
@@ -167,7 +190,7 @@ class CustomTrainer:
 
     def __init__(
         self,
-        tf: Any,
+        tf: ModuleType,
         args: argparse.Namespace,
         model: Any,
         data: Any,
@@ -264,7 +287,7 @@ class CustomTrainer:
             if clock is not None and not clock.mark(min(done, steps) - 1):
                 return
 
-    def observed(self) -> Dict[str, Any]:
+    def observed(self) -> Observed:
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         xla = getattr(inner, "jit_compile", None)
         return {

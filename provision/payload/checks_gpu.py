@@ -178,7 +178,7 @@ def sync(t: Any) -> None:
     t[0, 0].numpy()
 
 
-def rel_error(got: Any, ref: Any) -> float:
+def rel_error(got: object, ref: object) -> float:
     import numpy as np
 
     got64, ref64 = np.asarray(got, dtype=np.float64), np.asarray(ref, dtype=np.float64)

@@ -7,11 +7,11 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable, Dict, NoReturn
+from typing import Callable, Dict, NoReturn
 
 from . import checks_build, checks_gpu, checks_train
 from .context import Ctx, child_setup
-from .report import Result, result
+from .report import Expected, Result, result
 from .status import FAIL
 
 FAULT_VAR = "PROVISION_SMOKE_FAULT"  # hang:<check> or crash:<check>, for tests
@@ -48,7 +48,7 @@ def one_line(exc: BaseException) -> str:
 
 
 def child_main(
-    args: argparse.Namespace, expected: Dict[str, Any], emit: Callable[[Result], None]
+    args: argparse.Namespace, expected: Expected, emit: Callable[[Result], None]
 ) -> None:
     try:
         ctx = child_setup(args, expected)
@@ -71,7 +71,7 @@ def child_main(
     emit({"event": "done"})
 
 
-def serve(args: argparse.Namespace, expected: Dict[str, Any]) -> NoReturn:
+def serve(args: argparse.Namespace, expected: Expected) -> NoReturn:
     """Run as the child: events to the pipe the parent passed (--events-fd), then exit at once."""
     out = os.fdopen(int(args.events_fd), "w", buffering=1)
 

@@ -5,16 +5,17 @@ import argparse
 import ctypes
 import os
 import time
+from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import cudalibs, elf, probes
-from .report import Result
+from .report import Expected, Result
 
 
 class Ctx:
     """What the checks share inside one child process."""
 
-    def __init__(self, tf: Any, args: argparse.Namespace, expected: Dict[str, Any]) -> None:
+    def __init__(self, tf: ModuleType, args: argparse.Namespace, expected: Expected) -> None:
         self.tf = tf
         self.args = args
         self.expected = expected
@@ -130,7 +131,7 @@ def _device_settings(tf: Any, gpus: List[Any]) -> Result:
     return setup
 
 
-def child_setup(args: argparse.Namespace, expected: Dict[str, Any]) -> Ctx:
+def child_setup(args: argparse.Namespace, expected: Expected) -> Ctx:
     """Import TensorFlow and make the settings that must precede its initialisation."""
     t0 = time.monotonic()
     import tensorflow as tf

@@ -3,7 +3,7 @@ cudaRuntimeGetVersion, cudnnGetVersion and cudnn_version.h give (pure: nothing i
 """
 
 import re
-from typing import Any, Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from .judge import version_tuple
 
@@ -43,7 +43,7 @@ NCCL_SONAME = "libnccl.so.2"
 OPTIONAL_LIBRARIES = ("curand",)
 
 
-def sonames(cuda_config: Mapping[str, str], build_info: Mapping[str, Any]) -> Dict[str, str]:
+def sonames(cuda_config: Mapping[str, str], build_info: Mapping[str, object]) -> Dict[str, str]:
     """library -> soname TensorFlow dlopens: from its cuda_config.h, or else from its CUDA major."""
     versions = dict(cuda_config)
     cuda_major = version_tuple(build_info.get("cuda_version"))[:1]

@@ -5,20 +5,20 @@ judge a report's facts against the spec as the matrix says now.
 """
 
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import targets as targets_mod
 from .report import Result
 from .status import FAIL, PASS, WARN, CheckStatus
 
 
-def version_tuple(text: Any) -> Tuple[int, ...]:
+def version_tuple(text: object) -> Tuple[int, ...]:
     """'12.5.1' -> (12, 5, 1); 'v2.13.1' -> (2, 13, 1); '' or None -> ()."""
     m = re.search(r"\d+(?:\.\d+)*", str(text or ""))
     return tuple(int(p) for p in m.group(0).split(".")) if m else ()
 
 
-def same_release(found: Any, expected: Any) -> bool:
+def same_release(found: object, expected: object) -> bool:
     """Equal on the components both give: '12.5.1' matches '12.5', '9' matches '9.3'."""
     f, e = version_tuple(found), version_tuple(expected)
     n = min(len(f), len(e))

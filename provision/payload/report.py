@@ -48,7 +48,7 @@ The host imports this module (with judge, and status for the status words) to re
 report stays plain JSON dicts.
 """
 
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, TypedDict
 
 from .status import CHECK_STATUSES, FAIL, PASS, SKIP, WARN, CheckStatus
 
@@ -94,7 +94,24 @@ REPORTED_VARIABLES = (
 Result = Dict[str, Any]
 
 
-def result(status: CheckStatus, reason: str, **details: Any) -> Result:
+class Expected(TypedDict, total=False):
+    """What the smoke test must find: the spec's expectations, which `provision verify` writes to
+    the --expected file (matrix.spec.expected). No file: nothing is expected ({})."""
+
+    schema: int
+    name: str
+    path: str
+    python: str
+    tf_version: str
+    cuda: str
+    cudnn: str
+    compute_min: str
+    compute_targets: List[str]
+    gpu_memory: Optional[str]  # "growth" or a limit in MiB
+    gpus: Optional[str]  # CUDA_VISIBLE_DEVICES, "0,1"
+
+
+def result(status: CheckStatus, reason: str, **details: object) -> Result:
     return {"status": status, "reason": reason, "details": details}
 
 

@@ -31,7 +31,7 @@ import os
 import platform
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, cast
 
 from .judge import classify_log, judge_log
 from .probes import probe_driver
@@ -44,6 +44,7 @@ from .report import (
     SCHEMA,
     SCHEMA_VERSION,
     SETUP_TIMEOUT,
+    Expected,
     Result,
     render_text,
     result,
@@ -65,7 +66,7 @@ def _variables() -> Dict[str, str]:
     return {k: os.environ[k] for k in REPORTED_VARIABLES if k in os.environ}
 
 
-def build_report(args: argparse.Namespace, expected: Dict[str, Any]) -> Result:
+def build_report(args: argparse.Namespace, expected: Expected) -> Result:
     t0 = time.monotonic()
     driver = probe_driver()
     args.host_gpus = int(driver["host_gpus"])
@@ -116,7 +117,7 @@ def build_report(args: argparse.Namespace, expected: Dict[str, Any]) -> Result:
 
 
 def _run_in_process(
-    args: argparse.Namespace, expected: Dict[str, Any], checks: List[str]
+    args: argparse.Namespace, expected: Expected, checks: List[str]
 ) -> Tuple[Result, Dict[str, Result], str]:
     from .child import child_main
 
@@ -141,14 +142,15 @@ def _run_in_process(
     return facts, results, ""
 
 
-def load_expected(path: Optional[str]) -> Dict[str, Any]:
+def load_expected(path: Optional[str]) -> Expected:
     if not path:
         return {}
     with open(path) as fh:
         data = json.load(fh)
     if not isinstance(data, dict):
         raise ValueError(f"{path} does not hold a JSON object")
-    return data
+    # Written by `provision verify` from the spec; the checks read each field with .get().
+    return cast(Expected, data)
 
 
 def parse_args(argv: Optional[List[str]] = None, prog: str = "smoke") -> argparse.Namespace:

@@ -119,7 +119,8 @@ def _conda_glibc(env: EnvDir, subdir: str) -> list[tuple[int, int]]:
     from provision.lock.lockinputs import load_yaml
 
     found = []
-    for pkg in (load_yaml(env.lock) or {}).get("package") or []:
+    data = load_yaml(env.lock)
+    for pkg in (data.get("package") if isinstance(data, dict) else None) or []:
         if pkg.get("platform") != subdir:
             continue
         m = re.match(r">=\s*(\d+)\.(\d+)", str((pkg.get("dependencies") or {}).get("__glibc", "")))

@@ -283,8 +283,9 @@ def conda_packages(lock: Path, subdir: str, cache: Cache, progress: Progress) ->
     """The conda packages (and pip wheels) conda-lock.yml names for `subdir`, by their URLs."""
     from provision.lock.lockinputs import load_yaml
 
-    data = load_yaml(lock) or {}
-    entries = [p for p in data.get("package") or [] if p.get("platform") == subdir]
+    data = load_yaml(lock)
+    packages = data.get("package") if isinstance(data, dict) else None
+    entries = [p for p in packages or [] if p.get("platform") == subdir]
     if not entries:
         raise BundleError(f"{lock} has no package for {subdir}; lock it with --platform {subdir}")
     progress(f"collecting {len(entries)} packages of {lock.name} for {subdir}")

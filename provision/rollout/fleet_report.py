@@ -10,9 +10,10 @@ import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from provision.environment import EnvDir
+from provision.jsontypes import JSON, JSONObject
 
 
 class Status(enum.Enum):
@@ -32,6 +33,15 @@ class Status(enum.Enum):
         return self in (Status.READY, Status.WOULD_BUILD, Status.UP_TO_DATE, Status.WOULD_SET_UP)
 
 
+class StepEvent(TypedDict):
+    """One step the role ran on a host, as its progress event said (parsed, not checked)."""
+
+    step: JSON
+    status: JSON
+    seconds: JSON
+    detail: JSON
+
+
 @dataclass(frozen=True)
 class HostResult:
     host: str
@@ -41,7 +51,7 @@ class HostResult:
     driver: str = ""
     seconds: float = 0.0
     changed: int = 0
-    steps: tuple[dict[str, Any], ...] = ()
+    steps: tuple[StepEvent, ...] = ()
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -98,7 +108,7 @@ class FleetResult:
 # -- reading a run ------------------------------------------------------------------------------
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> JSONObject:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -106,7 +116,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _events(path: Path) -> list[dict[str, Any]]:
+def _events(path: Path) -> list[JSONObject]:
     out = []
     try:
         text = path.read_text(encoding="utf-8")
@@ -122,10 +132,15 @@ def _events(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _gpus(doctor: dict[str, Any]) -> tuple[str, str]:
+def _gpus(doctor: JSONObject) -> tuple[str, str]:
     host = doctor.get("host") if isinstance(doctor.get("host"), dict) else {}
     assert isinstance(host, dict)
-    names = [str(g.get("name", "?")) for g in host.get("gpus") or [] if isinstance(g, dict)]
+    listed = host.get("gpus")
+    names = [
+        str(g.get("name", "?"))
+        for g in (listed if isinstance(listed, list) else [])
+        if isinstance(g, dict)
+    ]
     counted = Counter(names)
     gpus = ", ".join(f"{n} x {name}" if n > 1 else name for name, n in counted.items())
     driver = host.get("driver") if isinstance(host.get("driver"), dict) else {}
@@ -139,13 +154,22 @@ def _last_line(text: object) -> str:
     return line.removeprefix("provision: error: ")[:400]
 
 
-def _verify_detail(verify: dict[str, Any]) -> str:
+def _scalar(value: JSON) -> int | float | str:
+    """A value float() and int() take; TypeError for another, as they would raise."""
+    if isinstance(value, (int, float, str)):
+        return value
+    raise TypeError(f"not a number: {value!r:.40}")
+
+
+def _verify_detail(verify: JSONObject) -> str:
     report = verify.get("report")
     if not isinstance(report, dict):
         return _last_line(verify.get("error")) or "the smoke test did not run"
+    outcomes = [report.get("checks", []), report.get("findings", [])]
     failed = [
         f"{o.get('name')}: {o.get('reason')}"
-        for o in [*report.get("checks", []), *report.get("findings", [])]
+        for part in outcomes
+        for o in (part if isinstance(part, list) else [])
         if isinstance(o, dict) and not o.get("ok", True)
     ]
     if report.get("ok"):
@@ -153,17 +177,20 @@ def _verify_detail(verify: dict[str, Any]) -> str:
     return "; ".join(failed)[:400] or "the smoke test failed"
 
 
-def _judge(host: str, events: list[dict[str, Any]], reports: Path, check: bool) -> HostResult:
+def _judge(host: str, events: list[JSONObject], reports: Path, check: bool) -> HostResult:
     mine = [e for e in events if e["host"] == host]
     steps = tuple(
-        {k: e[k] for k in ("step", "status", "seconds", "detail")} for e in mine if "step" in e
+        StepEvent(step=e["step"], status=e["status"], seconds=e["seconds"], detail=e["detail"])
+        for e in mine
+        if "step" in e
     )
     stats = next((e for e in mine if e.get("event") == "stats"), {})
     verdict = next((e for e in mine if e.get("event") == "verdict"), None)
     dry = next((e for e in mine if e.get("event") == "check"), None)
     copies = any(e.get("event") == "bundle" for e in mine)
-    times = [float(e["t"]) for e in mine if "t" in e]
+    times = [float(_scalar(e["t"])) for e in mine if "t" in e]
     doctor = _read_json(reports / host / "doctor.json").get("report") or {}
+    doctor = doctor if isinstance(doctor, dict) else {}
     verify = _read_json(reports / host / "verify.json")
     install = _read_json(reports / host / "install.json")
     gpus, driver = _gpus(doctor) if doctor else ("?", "?")
@@ -197,7 +224,7 @@ def _judge(host: str, events: list[dict[str, Any]], reports: Path, check: bool) 
         gpus=gpus,
         driver=driver,
         seconds=(max(times) - min(times)) if times else 0.0,
-        changed=int(stats.get("changed", 0)),
+        changed=int(_scalar(stats.get("changed", 0))),
         steps=steps,
     )
 
@@ -207,7 +234,7 @@ def collect(
     bundle: str = "",
 ) -> FleetResult:  # fmt: skip
     events = _events(events_file)
-    hosts = sorted({e["host"] for e in events})
+    hosts = sorted({str(e["host"]) for e in events})  # each a string (_events)
     return FleetResult(
         name=env.name,
         tf=env.request.tf,

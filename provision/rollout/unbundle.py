@@ -363,6 +363,8 @@ def _offline(env: EnvDir, manifest: Manifest, staging: Path, solver: str) -> ins
 
     builtin = Path(tools.solver(solver)).name == "provision-conda"
     data = load_yaml(env.lock)
+    if not isinstance(data, dict):
+        raise BundleError(f"{env.lock.name} in the bundle is not a conda-lock file")
     names = {m.name for m in manifest.members}
     for pkg in data.get("package") or []:
         if pkg.get("platform") != manifest.platform:

@@ -5,11 +5,18 @@ which draws with matplotlib. Reports are in the current schema (`bench_schema.up
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-Report = Mapping[str, Any]
+from provision import bench
+from provision.cli.columns import columns
+from provision.payload import bench_schema
+
+# One environment's report as parsed (JSON): each field is narrowed where it is read, and a
+# field that is absent or null reads as empty.
+Report = Mapping[str, object]
 
 # Settings shown, in order, with their labels; those equal in every report go on one line, those
 # that differ become columns of the table.
@@ -35,13 +42,32 @@ RIGHT = {"devices", "images/s", "step ms", "1st step s", "accuracy", "XLA", "spe
 RIGHT |= {"efficiency", "px", "batch/replica", "global batch", "steps/exec", "steps", "warm-up"}
 
 
+def _obj(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _seq(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
+
+
+def _runs(report: Report) -> list[Mapping[str, object]]:
+    return [_obj(run) for run in _seq(report.get("runs"))]
+
+
+def _num(value: object) -> int | float:
+    """A number of the report, for arithmetic; TypeError for anything else, as arithmetic says."""
+    if isinstance(value, (int, float)):
+        return value
+    raise TypeError(f"not a number in the report: {value!r:.40}")
+
+
 def label(report: Report) -> str:
-    env = report.get("environment") or {}
+    env = _obj(report.get("environment"))
     return str(env.get("name") or f"TF {report.get('tensorflow')}")
 
 
 def _setting(report: Report, key: str) -> str:
-    value = (report.get("settings") or {}).get(key)
+    value = _obj(report.get("settings")).get(key)
     if value is None or value == "" or (key == "cpu_devices" and not value):
         return "-"
     return str(value)
@@ -53,47 +79,48 @@ def differing(reports: Sequence[Report]) -> list[tuple[str, str]]:
 
 
 def describe_hardware(report: Report) -> str:
-    hw = report.get("hardware")
-    devices = ", ".join(report.get("devices") or []) or "none"
-    if not hw:
+    found = report.get("hardware")
+    devices = ", ".join(str(d) for d in _seq(report.get("devices"))) or "none"
+    if not found:
         return f"hardware: not recorded (devices: {devices})"
+    hw = _obj(found)
     parts = []
-    gpus = hw.get("gpus") or []
+    gpus = _seq(hw.get("gpus"))
     if gpus:
         kinds: dict[str, int] = {}
-        for g in gpus:
-            mem = f" ({g['memory_mib'] / 1024:.0f} GiB)" if g.get("memory_mib") else ""
+        for g in map(_obj, gpus):
+            mem = f" ({_num(g['memory_mib']) / 1024:.0f} GiB)" if g.get("memory_mib") else ""
             kind = f"{g.get('name') or 'GPU'}{mem}"
             kinds[kind] = kinds.get(kind, 0) + 1
         parts.append(", ".join(f"{n} x {k}" for k, n in kinds.items()))
         if hw.get("driver"):
             cuda = f" (supports CUDA {hw['driver_cuda']})" if hw.get("driver_cuda") else ""
             parts.append(f"driver {hw['driver']}{cuda}")
-        link = hw.get("interconnect") or {}
+        link = _obj(hw.get("interconnect"))
         if len(gpus) > 1:
-            codes = sorted(set((link.get("links") or {}).values()))
+            codes = sorted({str(code) for code in _obj(link.get("links")).values()})
             text = str(link.get("kind") or "unknown")
             parts.append(f"{text} ({', '.join(codes)})" if codes else f"interconnect {text}")
     else:
         parts.append("no GPU")
-    cpu = hw.get("cpu") or {}
+    cpu = _obj(hw.get("cpu"))
     if cpu:
         parts.append(f"CPU {cpu.get('model')} ({cpu.get('cores')} cores)")
-    virtual = (report.get("settings") or {}).get("cpu_devices")
+    virtual = _obj(report.get("settings")).get("cpu_devices")
     if virtual:
         parts.append(f"run on {virtual} virtual CPU devices")
     return "hardware: " + ", ".join(parts)
 
 
 def describe_software(report: Report) -> str:
-    sw = report.get("software") or {}
-    build = sw.get("build") or {}
-    loaded = sw.get("loaded") or {}
+    sw = _obj(report.get("software"))
+    build = _obj(sw.get("build"))
+    loaded = _obj(sw.get("loaded"))
     parts = [f"TensorFlow {sw.get('tensorflow') or report.get('tensorflow')}"]
     if sw.get("keras"):
         parts.append(f"Keras {sw['keras']}")
     for key, name in (("cudart", "CUDA runtime"), ("cudnn", "cuDNN")):
-        got = (loaded.get(key) or {}).get("version")
+        got = _obj(loaded.get(key)).get("version")
         built = build.get("cuda" if key == "cudart" else "cudnn")
         if got:
             parts.append(f"{name} {got}" + (f" (built for {built})" if built else ""))
@@ -107,21 +134,22 @@ def describe_software(report: Report) -> str:
 def _base(reports: Sequence[Report]) -> tuple[str, float] | None:
     """(what, images/s) every speed-up is measured against: the first report's 1 x float32."""
     for r in reports:
-        for run in r.get("runs") or []:
+        for run in _runs(r):
             if run["gpus"] == 1 and run["precision"] == "float32":
-                return f"{label(r)} 1 x float32", float(run["images_per_s"])
+                return f"{label(r)} 1 x float32", float(_num(run["images_per_s"]))
     for r in reports:
         if r.get("runs"):
-            run = r["runs"][0]
-            return f"{label(r)} {run['gpus']} x {run['precision']}", float(run["images_per_s"])
+            run = _runs(r)[0]
+            what = f"{label(r)} {run['gpus']} x {run['precision']}"
+            return what, float(_num(run["images_per_s"]))
     return None
 
 
-def _fmt(value: Any, spec: str) -> str:
+def _fmt(value: object, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _xla(run: Mapping[str, Any]) -> str:
+def _xla(run: Mapping[str, object]) -> str:
     xla = run.get("xla")
     return "-" if xla is None else "yes" if xla else "no"
 
@@ -136,12 +164,12 @@ def rows(reports: Sequence[Report]) -> tuple[list[str], list[list[str]]]:
     head += ["speed-up", "efficiency"]
     out = []
     for r in reports:
-        for run in r.get("runs") or []:
+        for run in _runs(r):
             row = ([label(r)] if several else []) + [_setting(r, k) for k, _ in varying]
-            speedup = run["images_per_s"] / base[1] if base else None
+            speedup = _num(run["images_per_s"]) / base[1] if base else None
             row += [
                 str(run["gpus"]),
-                run["precision"],
+                str(run["precision"]),
                 f"{run['images_per_s']:,.1f}",
                 _fmt(run.get("step_ms"), ".1f"),
                 _fmt(run.get("first_step_s"), ".1f"),
@@ -173,34 +201,31 @@ def lines(reports: Sequence[Report]) -> list[str]:
         if k not in varying and _setting(reports[0], k) != "-"
     ]
     out.append("settings: " + ", ".join(common))
-    tasks = dict.fromkeys(str((r.get("task") or {}).get("description")) for r in reports)
-    chance = (reports[0].get("task") or {}).get("chance")
+    tasks = dict.fromkeys(str(_obj(r.get("task")).get("description")) for r in reports)
+    chance = _obj(reports[0].get("task")).get("chance")
     for text in tasks:
         out.append(f"task: {text}" + (f" (chance {chance:.2f})" if chance else ""))
     head, body = rows(reports)
-    widths = [max(len(x) for x in col) for col in zip(head, *body, strict=True)]
-    for row in [head, *body]:
-        cells = [
-            c.rjust(w) if h in RIGHT else c.ljust(w)
-            for h, c, w in zip(head, row, widths, strict=True)
-        ]
-        out.append("  " + "  ".join(cells).rstrip())
+    right = {i for i, h in enumerate(head) if h in RIGHT}
+    out += columns([head, *body], indent="  ", right=right)
     for r in reports:
         who = f"{label(r)} " if several else ""
-        for f in r.get("skipped") or []:
+        for f in map(_obj, _seq(r.get("skipped"))):
             out.append(f"  {who}{f['gpus']} x {f['precision']}: skipped: {f['reason']}")
-        for f in r.get("failed") or []:
+        for f in map(_obj, _seq(r.get("failed"))):
             out.append(f"  {who}{f['gpus']} x {f['precision']}: failed: {f['error']}")
     for i, r in enumerate(reports, start=1):
         if r.get("matmul"):
             who = f" ({label(r)})" if several else f" (report {i})" if len(reports) > 1 else ""
-            mm = ", ".join(f"{m['precision']} {m['tflops']:g}" for m in r["matmul"])
+            mm = ", ".join(
+                f"{m['precision']} {m['tflops']:g}" for m in map(_obj, _seq(r["matmul"]))
+            )
             out.append(f"matmul TFLOP/s{who}: {mm}")
     base = _base(reports)
     if base and several:
         out.append(f"speed-up is relative to {base[0]}")
     for r in reports:
-        out += [f"note: {m}" for m in r.get("messages") or []]
+        out += [f"note: {m}" for m in _seq(r.get("messages"))]
     return out
 
 
@@ -211,10 +236,10 @@ def markdown(reports: Sequence[Report]) -> list[str]:
     out = ["| " + " | ".join(full) + " |", "|" + "---|" * len(full)]
     i = 0
     for r in reports:
-        sw = r.get("software") or {}
+        sw = _obj(r.get("software"))
         tfk = f"{sw.get('tensorflow') or r.get('tensorflow')} / {sw.get('keras') or '?'}"
         command = f"`{r['command']}`" if r.get("command") else "-"
-        for _ in r.get("runs") or []:
+        for _ in _seq(r.get("runs")):
             out.append("| " + " | ".join([tfk, *body[i], command]) + " |")
             i += 1
     hardware = dict.fromkeys(describe_hardware(r) for r in reports)
@@ -230,11 +255,11 @@ def plot(reports: Sequence[Report], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     base = _base(reports)
-    runs = [run for r in reports for run in r.get("runs") or []]
+    runs = [run for r in reports for run in _runs(r)]
     if base is None or not runs:
         raise ValueError("no configuration ran: nothing to plot")
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    counts = sorted({run["gpus"] for run in runs})
+    counts = sorted({_num(run["gpus"]) for run in runs})
     ax.plot(counts, counts, "k--", linewidth=1, label="ideal")
     several = len({label(r) for r in reports}) > 1
     varying = differing(reports)
@@ -242,17 +267,17 @@ def plot(reports: Sequence[Report], path: Path) -> None:
         name = " ".join(
             ([label(r)] if several else []) + [f"{t} {_setting(r, k)}" for k, t in varying]
         )
-        for prec in dict.fromkeys(run["precision"] for run in r.get("runs") or []):
+        for prec in dict.fromkeys(run["precision"] for run in _runs(r)):
             mine = sorted(
-                (run for run in r["runs"] if run["precision"] == prec), key=lambda x: x["gpus"]
+                (run for run in _runs(r) if run["precision"] == prec), key=lambda x: _num(x["gpus"])
             )
             ax.plot(
-                [x["gpus"] for x in mine],
-                [x["images_per_s"] / base[1] for x in mine],
+                [_num(x["gpus"]) for x in mine],
+                [_num(x["images_per_s"]) / base[1] for x in mine],
                 "o-",
                 label=f"{name} {prec}".strip(),
             )
-    s = reports[0].get("settings") or {}
+    s = _obj(reports[0].get("settings"))
     hw = describe_hardware(reports[0]).removeprefix("hardware: ").split(", driver")[0]
     ax.set_title(
         f"{s.get('model')} {s.get('image_size')} px, batch {s.get('batch_per_replica')}/replica"
@@ -267,3 +292,50 @@ def plot(reports: Sequence[Report], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
+
+
+# -- a result as the CLI shows it, and its plot -----------------------------------------------
+
+
+def result_lines(result: bench.BenchResult) -> list[str]:
+    out = lines(result.reports)
+    out += [f"{e['environment']}: failed: {e['error']}" for e in result.errors]
+    if result.plot is not None:
+        out.append(f"plot: {result.plot}")
+    return out
+
+
+def with_plot(result: bench.BenchResult, plot: Path | None) -> bench.BenchResult:
+    if plot is None or not result.reports:
+        return result
+    try:
+        write_plot(result.reports, plot)
+    except (
+        OSError,
+        ValueError,
+        bench.BenchError,
+    ) as exc:  # the results stand; only the picture is not
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return bench.BenchResult(
+            result.reports, result.errors, None, f"cannot write --plot {plot}: {why}"
+        )
+    return bench.BenchResult(result.reports, result.errors, plot)
+
+
+def write_plot(reports: Sequence[Mapping[str, object]], path: Path) -> None:
+    """Plot on the host: the environment holds TensorFlow, not necessarily matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        raise bench.BenchError("--plot needs matplotlib: pip install 'provision[bench]'") from exc
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".png", delete=False) as fh:
+        tmp = Path(fh.name)
+    try:
+        plot([bench_schema.upgrade(dict(r)) for r in reports], tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o666 & ~umask)  # NamedTemporaryFile creates 0600; a plot is for sharing
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from provision import __version__
+from provision.cli.columns import columns
 from provision.doctor.model import KIND_TEXT, STATUS_TEXT, Diagnosis, Verdict
 from provision.errors import ProvisionError
 from provision.matrix import Matrix
@@ -221,7 +222,4 @@ def _verdict_table(d: Diagnosis, matrix: Matrix | None) -> str:
                     rel.compute_min,
                 )
         rows.append((tf, *facts, *(cells.get(p, "") for p in PATHS)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
+    return "\n".join(columns(rows, indent="  "))
