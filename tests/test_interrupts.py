@@ -16,6 +16,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 PROVISION = Path(sys.executable).parent / "provision"
 
 
@@ -57,12 +59,19 @@ def wait_for(predicate: object, what: str, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
 def test_sigint_to_provision_alone_during_verify_stops_the_smoke_tests_child(
-    tmp_path: Path,
+    tmp_path: Path, inherited: str
 ) -> None:
     """The smoke test's child is importing a TensorFlow that never finishes; SIGINT goes to
     provision's PID only. provision says it was interrupted (130) and no process it started is
-    left: not the payload, not the payload's child in its own session."""
+    left: not the payload, not the payload's child in its own session. Also when provision was
+    started with SIGINT ignored, as a background job of a non-interactive shell (`cmd &` in a
+    script or a CI job) is."""
     ready = tmp_path / "importing"
     python = fake_tensorflow_venv(
         tmp_path,
@@ -76,6 +85,7 @@ def test_sigint_to_provision_alone_during_verify_stops_the_smoke_tests_child(
     proc = subprocess.Popen(
         [str(PROVISION), "verify", "--python", str(python)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=_ignore_sigint if inherited == "ignored" else None,
     )  # fmt: skip
     try:
         wait_for(lambda: ready.exists() or proc.poll() is not None, "the import never started")
@@ -95,3 +105,6 @@ def test_sigint_to_provision_alone_during_verify_stops_the_smoke_tests_child(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+        for pipe in (proc.stdout, proc.stderr):  # closed even after a timed-out communicate
+            if pipe is not None:
+                pipe.close()

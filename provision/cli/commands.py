@@ -5,6 +5,7 @@ Core modules are imported inside each command so that `provision --help` imports
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -473,6 +474,12 @@ _register_use_commands()
 
 
 def main() -> None:
+    # SIGINT stops provision however it was started. A background job of a non-interactive shell
+    # (`provision create ... &` in a script, a CI job) inherits SIGINT ignored: Python then
+    # installs no KeyboardInterrupt, and neither Ctrl-C to its group nor `kill -INT` would stop
+    # an install, a verify or a bench. A caught SIGINT is reset to its default in the children
+    # provision starts, so they can be interrupted too.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     cli(prog_name="provision")
 
 
