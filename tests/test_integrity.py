@@ -191,6 +191,29 @@ def _tree(prefix: Path) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _descendants(pid: int) -> set[int]:
+    """The processes below pid now (Linux /proc), however deep."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for children in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                kids = {int(k) for k in children.read_text().split()}
+            except OSError:
+                continue
+            todo += kids - found
+            found |= kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def test_kill_9_at_random_points_then_the_rerun_completes(index: Index, env: Env) -> None:
     """Ten installs killed (SIGKILL to provision alone) at random points: after each kill nothing
     writes into the prefix any more (a watcher compares the tree over a second), and the re-run
@@ -207,8 +230,15 @@ def test_kill_9_at_random_points_then_the_rerun_completes(index: Index, env: Env
             [*argv, "--force"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         time.sleep(rng.uniform(0.05, max(0.1, whole)))
+        below = _descendants(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
+        # Its children die with it (PR_SET_PDEATHSIG); on a loaded machine a dying child may
+        # still finish the write it was in, so wait until they are gone, then watch the tree.
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in below):
+            assert time.monotonic() < deadline, f"outlived provision: {below}"
+            time.sleep(0.05)
         time.sleep(0.3)  # what the kernel still had in flight
         before = _tree(env.prefix) if env.prefix.exists() else {}
         time.sleep(1.0)
