@@ -12,28 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from test_verify import fake_tensorflow  # the same stand-in TensorFlow
 
 PROVISION = Path(sys.executable).parent / "provision"
-
-
-def fake_tensorflow_venv(tmp_path: Path, body: str) -> Path:
-    """A venv whose `tensorflow` runs `body` on import (the payload runs isolated: -I ignores
-    PYTHONPATH, so the package goes into the venv's site-packages)."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    (Path(site) / "tensorflow").mkdir()
-    (Path(site) / "tensorflow" / "__init__.py").write_text(textwrap.dedent(body))
-    return python
 
 
 def processes_with(marker: str) -> list[str]:
@@ -73,7 +58,7 @@ def test_sigint_to_provision_alone_during_verify_stops_the_smoke_tests_child(
     started with SIGINT ignored, as a background job of a non-interactive shell (`cmd &` in a
     script or a CI job) is."""
     ready = tmp_path / "importing"
-    python = fake_tensorflow_venv(
+    python = fake_tensorflow(
         tmp_path,
         f"""
         import pathlib, time
