@@ -115,9 +115,12 @@ def env_facts(prefix: Path, interpreter: Path, python_xy: str) -> EnvFacts:
     """What the prefix holds now, from its files."""
     prefix = Path(prefix)
     installed = files.packages(prefix)
-    owner = {path: f"{p.name} {p.version}" for p in installed for path, _ in p.files}
     policy = _policy(prefix)
     libs = files.libraries(prefix, policy.get("PROVISION_CUDA_HOME", ""))
+    wanted = {os.path.normpath(prefix / lib.path) for lib in libs}
+    owner = {
+        path: f"{p.name} {p.version}" for p in installed for path, _ in p.files if path in wanted
+    }
     hooks = {}
     hook_files = list(HOOK_FILES)
     for site in files.site_dirs(prefix):

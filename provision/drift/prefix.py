@@ -17,7 +17,6 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from email.parser import HeaderParser
 from pathlib import Path
 
 from provision.payload import elf
@@ -53,49 +52,56 @@ def site_dirs(prefix: Path) -> list[Path]:
         return []
 
 
-def _record_hash(value: str) -> str:
-    """RECORD's `sha256=<urlsafe base64, no padding>` as `sha256=<hex>`; "" for another hash."""
-    algo, _, b64 = value.partition("=")
-    if algo != "sha256" or not b64:
-        return ""
+def _read(path: str | Path) -> str:
     try:
-        raw = base64.urlsafe_b64decode(b64 + "=" * (-len(b64) % 4))
-    except ValueError:
-        return ""
-    return "sha256=" + raw.hex()
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
     except OSError:
         return ""
+
+
+def _metadata(text: str) -> tuple[str, str, list[str]]:
+    """Name, Version and Requires-Dist of a METADATA file (its headers, up to the first blank
+    line; read by hand: the email parser costs more than the rest of a check)."""
+    name = version = ""
+    requires = []
+    for line in text.splitlines():
+        if not line.strip():
+            break
+        key, _, value = line.partition(":")
+        if key == "Name":
+            name = value.strip()
+        elif key == "Version":
+            version = value.strip()
+        elif key == "Requires-Dist":
+            requires.append(value.strip())
+    return name, version, requires
 
 
 def pip_packages(site: Path) -> Iterator[Installed]:
     try:
-        infos = sorted(site.glob("*.dist-info"))
+        infos = sorted(n for n in os.listdir(site) if n.endswith(".dist-info"))
     except OSError:
         return
+    base = str(site) + os.sep
     for info in infos:
-        meta = HeaderParser().parsestr(_read(info / "METADATA"))
-        name, version = meta.get("Name"), meta.get("Version")
+        where = base + info + os.sep
+        name, version, requires = _metadata(_read(where + "METADATA"))
         if not name or not version:
             continue
-        installer = _read(info / "INSTALLER").strip()
+        installer = _read(where + "INSTALLER").strip()
         if installer == "conda":
             continue  # conda-meta holds it, with its files
         files = []
-        for line in _read(info / "RECORD").splitlines():
-            parts = line.rsplit(",", 2)
-            if len(parts) != 3 or not parts[0]:
+        for line in _read(where + "RECORD").splitlines():
+            rel, _, rest = line.partition(",")
+            if not rel:
                 continue
-            path = os.path.normpath(site / parts[0])
-            files.append((path, _record_hash(parts[1])))
-        yield Installed(
-            "pip", norm(name), version, tuple(meta.get_all("Requires-Dist") or ()), installer,
-            tuple(files),
-        )  # fmt: skip
+            path = base + rel
+            if ".." in rel:
+                path = os.path.normpath(path)
+            files.append((path, rest.rpartition(",")[0]))
+        yield Installed("pip", norm(name), version, tuple(requires), installer, tuple(files))
 
 
 def conda_packages(prefix: Path) -> Iterator[Installed]:
@@ -133,14 +139,15 @@ def packages(prefix: Path) -> list[Installed]:
 
 def stat_digest(files: tuple[tuple[str, str], ...]) -> str:
     """A digest of each file's size and modification time (a missing file counts as such)."""
-    h = hashlib.sha256()
+    parts = []
+    lstat = os.lstat
     for path, _ in files:
         try:
-            st = os.lstat(path)
-            h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            st = lstat(path)
+            parts.append(f"{path}\0{st.st_size}\0{st.st_mtime_ns}")
         except OSError:
-            h.update(f"{path}\0-\n".encode())
-    return h.hexdigest()
+            parts.append(f"{path}\0-")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def sha256_file(path: str | Path) -> str:
@@ -151,22 +158,28 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def _matches(digest: bytes, want: str) -> bool:
+    """RECORD writes `sha256=<urlsafe base64, no padding>`, conda-meta the hex digest."""
+    b64 = base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+    return want in (f"sha256={b64}", f"sha256={digest.hex()}")
+
+
 def altered_files(files: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     """(path, "edited" | "deleted") for every recorded file whose content is no longer what its
-    installer recorded. Files recorded without a hash count only when deleted."""
+    installer recorded. Files recorded without a sha256 count only when deleted."""
     out = []
     for path, want in files:
         if not os.path.lexists(path):
             out.append((path, "deleted"))
             continue
-        if not want or os.path.islink(path):
+        if not want.startswith("sha256=") or os.path.islink(path):
             continue
         try:
-            got = "sha256=" + sha256_file(path)
+            digest = bytes.fromhex(sha256_file(path))
         except OSError:
             out.append((path, "unreadable"))
             continue
-        if got != want:
+        if not _matches(digest, want):
             out.append((path, "edited"))
     return out
 
