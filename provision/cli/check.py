@@ -95,5 +95,12 @@ def _env_lines(e: EnvCheck) -> list[str]:
         mark = "BREAKS" if c.severity == "breaks" else "change"
         out.append(f"  {mark:<6}  {c.line()}")
     if e.reverified is not None:
-        out.append(f"  verify: {e.reverified.summary}")
+        if e.reverified.result is not None:
+            from provision.cli import present
+
+            out += [f"  {line}" for line in present.verify_lines(e.reverified.result)]
+        else:
+            out.append(f"  verify: {e.reverified.summary}")
+        if e.reverified.ok:
+            out.append(f"  {e.name}: verified again; what it runs on now is its new baseline")
     return out

@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from provision import registry
 from provision.drift import store
@@ -18,13 +18,23 @@ from provision.drift.facts import Facts, HostFacts, env_facts, host_facts
 from provision.drift.judge import Change, Target, compare
 from provision.errors import ProvisionError, UsageError
 
+if TYPE_CHECKING:
+    from provision.verify import VerifyResult
+
 State = Literal["ok", "drift", "unknown", "missing"]
 
 
 @dataclass(frozen=True)
 class Reverified:
     ok: bool
-    summary: str  # "PASS", or the failed checks
+    summary: str  # "PASS", or the failed checks, or why the smoke test could not run
+    result: VerifyResult | None = None  # the smoke test's report, compared with the spec
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok, "summary": self.summary,
+            "verify": self.result.as_json() if self.result is not None else None,
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -53,8 +63,7 @@ class EnvCheck:
             "name": self.name, "state": self.state, "ok": self.ok, "problem": self.problem,
             "baseline": self.baseline, "seconds": round(self.seconds, 3),
             "changes": [c.as_json() for c in self.changes],
-            "reverified": None if self.reverified is None
-            else {"ok": self.reverified.ok, "summary": self.reverified.summary},
+            "reverified": None if self.reverified is None else self.reverified.as_json(),
         }  # fmt: skip
 
 
@@ -196,4 +205,4 @@ def _reverify(one: EnvCheck, rec: registry.Record, timeout: float) -> EnvCheck:
     summary = "PASS" if result.ok else "FAIL: " + ", ".join(o.name for o in result.failures)
     if result.cpu_only:
         summary += f" ({result.cpu_only})"
-    return replace(one, reverified=Reverified(result.ok, summary))
+    return replace(one, reverified=Reverified(result.ok, summary, result))
