@@ -99,6 +99,9 @@ def remove(name: str, *, keep_prefix: bool = False) -> Removed:
         deleted = True
     kernel = _remove_kernel(name)
     registry.forget(name)
+    from provision.drift import store
+
+    store.forget(name)
     return Removed(name, str(prefix), deleted, why, kernel)
 
 

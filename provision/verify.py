@@ -362,6 +362,10 @@ def verify(
             registry.set_verify(
                 env.name, registry.LastVerify(result.ok, gpus, summary, time.time())
             )
+            if result.ok:  # the facts `provision check` compares with later
+                from provision.drift import store
+
+                store.record_quietly(env.name, "verify", gpus)
     return result
 
 

@@ -124,6 +124,7 @@ BASE: dict[str, tuple[str, ...]] = {
     "export": ("export", "tiny", "@root@/exported", "--out", "@envs@"),
     "fleet": ("fleet", "tiny", "--out", "@envs@", "--inventory", "@inventory@"),
     "bundle": ("bundle", "tiny", "--out", "@envs@", "-o", "@root@/tiny.bundle.tar"),
+    "check": ("check",),
 }
 # Options whose hostile values are not a usage error in every case: a channel or a host pattern
 # may be a name; a missing release is one the matrix lacks (exit 1, as doctor documents).
@@ -134,7 +135,7 @@ NOT_HERE = {("bench", "--out")}
 # Options left out: flags, and those that take any text by design.
 SKIP = {"--help", "--version"}
 # Options that name a file to read or an interpreter to run (else: a directory or a new file).
-FILE_OPTIONS = {"--inventory", "--bundle", "--from-bundle", "--plot", "-o", "--output"}
+FILE_OPTIONS = {"--inventory", "--bundle", "--from-bundle", "--plot", "-o", "--output", "--prom"}
 INTERPRETER_OPTIONS = {"--python"}
 # bench's options validated by Click's ranges and its own callbacks.
 
@@ -172,7 +173,7 @@ def _values(command: str, param: click.Parameter) -> dict[str, str]:
         if name in INTERPRETER_OPTIONS:
             return INTERPRETERS
         if name in FILE_OPTIONS or (command == "export" and param.name == "dest"):
-            writes = name in ("--plot", "-o", "--output") or param.name == "dest"
+            writes = name in ("--plot", "-o", "--output", "--prom") or param.name == "dest"
             values = dict(FILES)
             if writes:
                 values["read-only-parent"] = "@rodir@/out.file"

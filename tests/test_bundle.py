@@ -143,6 +143,10 @@ def test_install_from_a_bundle_with_no_network(tiny_bundle: Path, tmp_path: Path
     again = provision_offline("install", "--from-bundle", str(tiny_bundle), "--no-verify",
                               env=install_env(home))  # fmt: skip
     assert again.returncode == 0 and "already built" in again.stdout, again.stderr
+    # The install recorded the facts `provision check` compares with (issue 24).
+    checked = provision_offline("check", "tiny", env=install_env(home))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "tiny: unchanged since install" in checked.stdout
 
 
 @needs_unshare

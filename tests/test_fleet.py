@@ -462,3 +462,72 @@ def test_a_bundle_of_another_environment_or_lock_is_refused_before_ansible(
                              reports="refused")  # fmt: skip
     assert code == 1 and "holds another requirements.lock than other's committed one" in out, out
     assert not (fleet.work / "refused").exists()
+
+
+# -- drift since the roll-out (provision fleet NAME --drift, issue 24) --------------------------
+
+SCREENSHOT = ROOT / "tests" / "fixtures" / "fleet-drift.png"
+
+
+def _drift_a6000(fleet: Fleet, tmp: Path) -> None:
+    """On gpu-a6000: the driver goes back to 418 (CUDA 10.1) and a package is installed by hand."""
+    fake = fleet.lab.hosts["gpu-a6000"].fake
+    header = (fakehost.HOSTS / "a6000-555" / "nvidia-smi-query.csv").read_text().splitlines()[0]
+    row = ("0, NVIDIA RTX A6000, GPU-0, 418.40.04, 8.6, 49140 MiB, 1 MiB, 48669 MiB, "
+           "00000000:41:00.0, Disabled, [N/A]")  # fmt: skip
+    fake.nvidia_smi({
+        fakehost.SMI_QUERY: (f"{header}\n{row}\n", 0),
+        "": ("| NVIDIA-SMI 418.40.04   Driver Version: 418.40.04   CUDA Version: 10.1 |\n", 0),
+    })  # fmt: skip
+    tmp.mkdir(parents=True, exist_ok=True)
+    wheel = build_wheel(tmp, "9.9")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(fleet.prefix("gpu-a6000", "tiny") /
+         "bin" / "python"), "install", "--no-deps", "--no-index", "--quiet",
+         "--disable-pip-version-check", str(wheel)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def _screenshot(page: Path, png: Path, profile: Path) -> bool:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        return False
+    subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run", f"--user-data-dir={profile}", "--window-size=1280,900",
+         f"--screenshot={png}", page.as_uri()],
+        capture_output=True, timeout=120, check=False,
+    )  # fmt: skip
+    return png.is_file() and png.stat().st_size > 0
+
+
+def test_drift_names_the_host_that_changed_and_lists_it_first(fleet: Fleet, first: Run) -> None:
+    code, out, before = fleet.run("tiny", "--drift", reports="drift-before")
+    assert before["drift"] is True, out
+    assert results(before) == {
+        "gpu-a6000": "unchanged", "gpu-v100-old": "not built", "gpu-h200-noindex": "not built",
+    }, out  # fmt: skip
+    assert code == 1  # a host without the environment is not "unchanged"
+    _drift_a6000(fleet, fleet.work / "hand")
+    code, out, after = fleet.run("tiny", "--drift", reports="drift-after")
+    assert code == 1, out
+    assert after["hosts"][0]["host"] == "gpu-a6000"  # regressed hosts first
+    host = after["hosts"][0]
+    assert host["result"] == "regressed" and host["driver"] == "418.40.04", host
+    changes = "\n".join(host["changes"])
+    assert "breaks: driver 555.42.06 → 418.40.04" in changes, changes
+    assert "provision-tiny 1.0 → 9.9 installed by hand, the lock pins 1.0" in changes, changes
+    table = out[out.index("host  ") :]
+    assert table.index("gpu-a6000") < table.index("gpu-v100-old")
+    assert "regressed" in table and "418.40.04" in table and "(drift since the roll-out)" in out
+    page = fleet.work / "drift-after" / "fleet.html"
+    text = page.read_text()
+    assert "drift since the roll-out" in text and "provision-tiny 1.0 → 9.9" in text
+    assert (fleet.work / "drift-after" / "hosts" / "gpu-a6000" / "check.json").is_file()
+    png = fleet.work / "drift.png"
+    if _screenshot(page, png, fleet.work / "chromium-profile"):
+        if os.environ.get("PROVISION_UPDATE_SCREENSHOTS"):
+            shutil.copyfile(png, SCREENSHOT)
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

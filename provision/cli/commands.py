@@ -468,6 +468,9 @@ def _register_use_commands() -> None:
         cli_use.bundle_cmd,
     ):  # fmt: skip
         cli.add_command(command)
+    from provision.cli.check import check_cmd
+
+    cli.add_command(check_cmd)
 
 
 _register_use_commands()

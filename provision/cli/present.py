@@ -105,9 +105,13 @@ def show(env: environment.EnvDir, rec: Record | None) -> str:
 
 def fleet_table(r: FleetResult) -> str:
     lines = [grid(COLUMNS, [row(r, h) for h in r.hosts])]
-    lines += [f"  {h.host}: {h.detail}" for h in r.hosts if h.detail and not h.status.ok]
+    for h in r.hosts:
+        if h.detail and not h.status.ok:
+            lines.append(f"  {h.host}: {h.detail}")
+            lines += [f"    {c}" for c in h.changes]
     counts = ", ".join(f"{n} {s}" for s, n in sorted(r.counts().items()))
     mode = " (dry run: nothing was changed)" if r.check else ""
+    mode = " (drift since the roll-out)" if r.drift else mode
     lines.append(f"{r.name}: {len(r.hosts)} host(s): {counts or 'none reached'}{mode}")
     return "\n".join(lines)
 

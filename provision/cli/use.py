@@ -254,6 +254,15 @@ def export_cmd(name: str, dest: Path, out: Path | None) -> None:
 @click.option("--limit", metavar="PATTERN", callback=nonblank,
               help="Only these hosts (Ansible's --limit).")  # fmt: skip
 @click.option("--check", is_flag=True, help="Dry run: say what would change, change nothing.")
+@click.option("--drift", is_flag=True,
+              help="Only `provision check` on each host: what changed since the roll-out, hosts "
+              "that regressed first.")  # fmt: skip
+@click.option(
+    "--schedule-check",
+    "schedule",
+    is_flag=True,
+    help="Install a daily `provision check` on each host (systemd timer, else cron).",
+)
 @click.option("--forks", type=click.IntRange(min=1), help="Hosts worked on at once.")
 @click.option("--bundle", type=SafePath(path_type=Path, dir_okay=False),
               help="Install from this offline bundle (provision bundle).")  # fmt: skip
@@ -269,6 +278,8 @@ def fleet_cmd(
     inventory: Path | None,
     limit: str | None,
     check: bool,
+    drift: bool,
+    schedule: bool,
     forks: int | None,
     bundle: Path | None,
     report_dir: Path | None,
@@ -290,7 +301,10 @@ def fleet_cmd(
 
     if report_dir is not None:
         writable_target(report_dir, "--report-dir")  # before a playbook is written or run
-    options = fleet.Options(inventory, limit, check, forks, bundle, report_dir)
+    if drift and (check or bundle is not None):
+        raise click.UsageError("--drift changes nothing and copies nothing: no --check, --bundle")
+    options = fleet.Options(inventory, limit, check, forks, bundle, report_dir, drift=drift,
+                            schedule=schedule)  # fmt: skip
     result = fleet.run(_find(name, out).env, options)
     click.echo(present.fleet_table(result))
     click.echo(f"reports: {result.files['json']}, {result.files['html']}")

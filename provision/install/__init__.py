@@ -244,6 +244,10 @@ def _register(env: EnvDir, result: InstallResult, *, owned: bool) -> None:
             last_verify=old.last_verify if same_build and old is not None else None,
         )
     )
+    from provision.drift import store
+
+    if not same_build or not store.path_of(env.name).exists():
+        store.record_quietly(env.name, "install")
 
 
 def _same_file(fd: int, path: Path) -> bool:

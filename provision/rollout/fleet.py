@@ -57,6 +57,8 @@ class Options:
     bundle: Path | None = None
     report_dir: Path | None = None
     timeout: float = 3600
+    drift: bool = False  # only `provision check` on each host: what changed since the roll-out
+    schedule: bool = False  # a daily `provision check` on each host (systemd timer, else cron)
 
 
 # -- what is generated next to the environment ------------------------------------------------
@@ -250,10 +252,14 @@ def run(env: EnvDir, options: Options) -> fleet_report.FleetResult:
     events.write_text("", encoding="utf-8")
     # From the bundle alone, or provision's own wheel with the rest from each host's index.
     source: dict[str, object] = (
-        {"provision_env_bundle": [str(f) for f in bundle]}
+        {}
+        if options.drift
+        else {"provision_env_bundle": [str(f) for f in bundle]}
         if bundle
         else {"provision_env_wheel": str(selfwheel.build(out / ".wheel"))}
     )
+    source["provision_env_mode"] = "drift" if options.drift else "rollout"
+    source["provision_env_schedule"] = options.schedule
     extra = out / ".ansible" / "run-vars.json"
     extra.write_text(
         json.dumps(
@@ -287,7 +293,7 @@ def run(env: EnvDir, options: Options) -> fleet_report.FleetResult:
         )
     result = fleet_report.collect(
         env, events, hosts_dir, check=options.check, seconds=seconds, ansible_rc=done.returncode,
-        bundle=bundle[0].name if bundle else "",
+        bundle=bundle[0].name if bundle else "", drift=options.drift,
     )  # fmt: skip
     fleet_report.write(result, out)
     return result

@@ -27,10 +27,24 @@ class Status(enum.Enum):
     WOULD_BUILD = "would build"  # --check
     UP_TO_DATE = "up to date"  # --check
     WOULD_SET_UP = "would set up"  # --check on a host without provision yet
+    UNCHANGED = "unchanged"  # --drift: nothing changed under the environment since the roll-out
+    CHANGED = "changed"  # --drift: something changed; verify again
+    REGRESSED = "regressed"  # --drift: a change breaks it, or its facts cannot be read
+    NOT_BUILT = "not built"  # --drift: the environment is not built on the host
 
     @property
     def ok(self) -> bool:
-        return self in (Status.READY, Status.WOULD_BUILD, Status.UP_TO_DATE, Status.WOULD_SET_UP)
+        return self in (
+            Status.READY, Status.WOULD_BUILD, Status.UP_TO_DATE, Status.WOULD_SET_UP,
+            Status.UNCHANGED,
+        )  # fmt: skip
+
+
+# --drift: the order hosts are listed in, those that regressed first.
+DRIFT_ORDER = (
+    Status.REGRESSED, Status.UNREACHABLE, Status.FAILED, Status.UNFINISHED, Status.CHANGED,
+    Status.NOT_BUILT, Status.UNCHANGED,
+)  # fmt: skip
 
 
 class StepEvent(TypedDict):
@@ -52,6 +66,7 @@ class HostResult:
     seconds: float = 0.0
     changed: int = 0
     steps: tuple[StepEvent, ...] = ()
+    changes: tuple[str, ...] = ()  # --drift: "breaks: ..." / "changed: ..." lines from the host
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -64,6 +79,7 @@ class HostResult:
             "seconds": round(self.seconds, 1),
             "changed": self.changed,
             "steps": list(self.steps),
+            "changes": list(self.changes),
         }
 
 
@@ -79,6 +95,7 @@ class FleetResult:
     hosts: tuple[HostResult, ...]
     bundle: str = ""  # the offline bundle the hosts installed from (its file name), or ""
     files: dict[str, str] = field(default_factory=dict)
+    drift: bool = False  # a drift check (fleet --drift), not a roll-out
 
     @property
     def ok(self) -> bool:
@@ -96,6 +113,7 @@ class FleetResult:
                             "path": self.path},
             "provision": __version__,
             "check": self.check,
+            "drift": self.drift,
             "bundle": self.bundle or None,
             "ok": self.ok,
             "seconds": round(self.seconds, 1),
@@ -229,12 +247,60 @@ def _judge(host: str, events: list[JSONObject], reports: Path, check: bool) -> H
     )
 
 
+def _drift_host(host: str, events: list[JSONObject], reports: Path) -> HostResult:
+    """A host of `fleet --drift`: what `provision check` said there."""
+    ran = _judge(host, events, reports, False)
+    if ran.status in (Status.UNREACHABLE, Status.FAILED):
+        return ran
+    checked = _read_json(reports / host / "check.json")
+    report = checked.get("report")
+    if not isinstance(report, dict):
+        said = _last_line(checked.get("error")) or "provision check did not run"
+        status = Status.NOT_BUILT if checked else Status.UNFINISHED
+        return HostResult(host, status, said, "?", "?", ran.seconds, ran.changed, ran.steps)
+    facts = report.get("host") if isinstance(report.get("host"), dict) else {}
+    assert isinstance(facts, dict)
+    listed = facts.get("gpus") if isinstance(facts.get("gpus"), list) else []
+    assert isinstance(listed, list)
+    names = Counter(str(g.get("name", "?")) for g in listed if isinstance(g, dict))
+    gpus = ", ".join(f"{n} x {name}" if n > 1 else name for name, n in names.items()) or "none"
+    driver = str(facts.get("driver") or "none")
+    envs = [e for e in report.get("environments") or [] if isinstance(e, dict)]  # type: ignore[union-attr]
+    if not envs:
+        return HostResult(host, Status.NOT_BUILT, "no environment registered", gpus, driver,
+                          ran.seconds, ran.changed, ran.steps)  # fmt: skip
+    one = envs[0]
+    items = [c for c in one.get("changes") or [] if isinstance(c, dict)]  # type: ignore[union-attr]
+    lines = tuple(f"{c.get('severity')}: {c.get('line')}" for c in items)
+    breaks = sum(c.get("severity") == "breaks" for c in items)
+    state = one.get("state")
+    if state == "ok":
+        status, detail = Status.UNCHANGED, f"unchanged since {one.get('baseline')}"
+    elif state == "drift":
+        status = Status.REGRESSED if breaks else Status.CHANGED
+        detail = f"{len(items)} change(s) since {one.get('baseline')}" + (
+            f", {breaks} break it" if breaks else ""
+        )
+    else:
+        status, detail = Status.REGRESSED, str(one.get("problem") or state)
+    return HostResult(host, status, detail, gpus, driver, ran.seconds, ran.changed, ran.steps,
+                      lines)  # fmt: skip
+
+
 def collect(
     env: EnvDir, events_file: Path, reports: Path, *, check: bool, seconds: float, ansible_rc: int,
-    bundle: str = "",
+    bundle: str = "", drift: bool = False,
 ) -> FleetResult:  # fmt: skip
     events = _events(events_file)
     hosts = sorted({str(e["host"]) for e in events})  # each a string (_events)
+    if drift:
+        found = [_drift_host(h, events, reports) for h in hosts]
+        found.sort(key=lambda r: (DRIFT_ORDER.index(r.status) if r.status in DRIFT_ORDER
+                                  else len(DRIFT_ORDER), r.host))  # fmt: skip
+        return FleetResult(
+            name=env.name, tf=env.request.tf, release=env.spec.tf_version, path=env.path,
+            check=False, seconds=seconds, ansible_rc=ansible_rc, hosts=tuple(found), drift=True,
+        )  # fmt: skip
     return FleetResult(
         name=env.name,
         tf=env.request.tf,
@@ -271,13 +337,27 @@ td.num { text-align: right; }
 .ok { background: #d8f3dc; color: #1b5e20; } .bad { background: #fde2e1; color: #8e1b13; }
 .warn { background: #fff1c2; color: #6d5200; } .detail { color: #48525c; font-size: .9rem; }
 .counts span { margin-right: 1rem; }
+ul.changes { margin: .3rem 0 0 1.1rem; padding: 0; font-size: .85rem; }
+li.brk { color: #8e1b13; } li.chg { color: #6d5200; }
 footer { margin-top: 1.5rem; color: #6b7580; font-size: .85rem; }
 """
 
 
 def _badge(status: Status) -> str:
-    kind = "ok" if status.ok else "warn" if status is Status.REFUSED else "bad"
+    warn = (Status.REFUSED, Status.CHANGED, Status.NOT_BUILT)
+    kind = "ok" if status.ok else "warn" if status in warn else "bad"
     return f'<span class="badge {kind}">{html.escape(status.value)}</span>'
+
+
+def _changes(h: HostResult) -> str:
+    if not h.changes:
+        return ""
+    items = "".join(
+        f'<li class="{"brk" if c.startswith("breaks:") else "chg"}">'
+        f"{html.escape(c.split(': ', 1)[-1])}</li>"
+        for c in h.changes
+    )
+    return f"<ul class=changes>{items}</ul>"
 
 
 def page(r: FleetResult) -> str:
@@ -288,13 +368,14 @@ def page(r: FleetResult) -> str:
     rows = "\n".join(
         "<tr>"
         + "".join(f"<td>{e(c)}</td>" for c in row(r, h)[:5])
-        + f"<td>{_badge(h.status)}<div class=detail>{e(h.detail)}</div></td>"
+        + f"<td>{_badge(h.status)}<div class=detail>{e(h.detail)}</div>{_changes(h)}</td>"
         + f'<td class="num">{h.seconds:.1f} s</td></tr>'
         for h in r.hosts
     )
     counts = "".join(f"<span>{e(s)}: <b>{n}</b></span>" for s, n in sorted(r.counts().items()))
     head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
     mode = " (dry run: nothing was changed)" if r.check else ""
+    mode = " (drift since the roll-out)" if r.drift else mode
     source = f", from the offline bundle {e(r.bundle)}" if r.bundle else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
