@@ -151,6 +151,16 @@ class _Events:
         elif kind == "first_step":
             seconds = float(ev.get("seconds") or 0)
             self.report(Event("info", f"{what}: first step {seconds:.1f} s (tracing, compiling)"))
+        elif kind == "compiling":
+            seconds = float(ev.get("seconds") or 0)
+            limit = float(ev.get("limit") or 0)
+            bound = f", stopped at {limit:g} s (--max-seconds)" if limit else ""
+            self.report(
+                Event("info", f"{what}: first step running {seconds:.0f} s (tracing, compiling"
+                      f"{bound})")
+            )  # fmt: skip
+        elif kind == "policy":
+            self.report(Event("info", f"{self.label + ': ' if self.label else ''}{ev.get('text')}"))
         elif kind == "estimate":
             seconds = float(ev.get("seconds") or 0)
             pace = float(ev.get("step_s") or 0)
@@ -292,8 +302,9 @@ def command_line(names: Sequence[str], options: Mapping[str, object]) -> str:
     for key, value in options.items():
         if value is None or value is False or value == bench_schema.DEFAULTS.get(key):
             continue
-        if key == "jit":
-            words.append("--jit" if value == "on" else "--no-jit" if value == "off" else "")
+        if key in ("jit", "optimizer_jit"):
+            flag = "--" + key.replace("_", "-")
+            words.append(flag if value == "on" else f"--no-{flag[2:]}" if value == "off" else "")
             continue
         flag = "--" + key.replace("_", "-")
         words += [flag] if value is True else [flag, str(value)]

@@ -374,20 +374,39 @@ print(json.dumps({
     "failed": sorted(os.path.basename(p) for p in hook.state["failed"]) if hook else None,
 }))
 limits = []
+configured = {}
+
+
+class Device:
+    def __init__(self, name):
+        self.name, self.device_type = name, "GPU"
+
+
+GPUS = [Device("GPU:0"), Device("GPU:1")]
 
 
 class config:
     @staticmethod
     def list_physical_devices(kind):
-        return ["GPU:0", "GPU:1"] if kind == "GPU" else []
+        return GPUS if kind == "GPU" else []
+
+    @staticmethod
+    def get_logical_device_configuration(device):
+        return configured.get(device.name)
 
     @staticmethod
     def set_logical_device_configuration(device, configurations):
-        limits.append([device, [c.memory_limit for c in configurations]])
+        configured[device.name] = configurations
+        limits.append([device.name, [c.memory_limit for c in configurations]])
 
     class LogicalDeviceConfiguration:
         def __init__(self, memory_limit=None):
             self.memory_limit = memory_limit
+
+    class experimental:
+        @staticmethod
+        def get_memory_growth(device):
+            return False
 
 
 atexit.register(lambda: print(json.dumps({"limits": limits})))

@@ -528,6 +528,7 @@ EXPORT_EXTRAS = (
     "hooks/activate.sh",
     "hooks/deactivate.sh",
     "hooks/provision_env_hook.py",
+    "hooks/provision_gpu_policy.py",
 )
 # A relative file name in prose or code: not part of a longer path ($VAR/x.sh, a/b/x.py, URLs).
 FILE_MENTION = re.compile(

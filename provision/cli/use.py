@@ -81,7 +81,21 @@ from provision.cli.common import (
 )  # fmt: skip
 @click.option(
     "--max-seconds", type=click.FloatRange(min=0), default=0, callback=finite,
-    help="Skip a configuration whose estimate (after its first steps) is longer.",
+    help="Skip a configuration whose estimate (after its first steps) is longer, or whose "
+    "first step (tracing, XLA compile) runs longer: 'compile over N s'.",
+)  # fmt: skip
+@click.option(
+    "--batchnorm", type=click.Choice(("default", "fused", "unfused", "none")), default="default",
+    show_default=True, help="ResNet50's BatchNormalization: fused (one cuDNN kernel), unfused, "
+    "or none.",
+)  # fmt: skip
+@click.option(
+    "--optimizer-jit/--no-optimizer-jit", default=None,
+    help="XLA for the optimizer's update (Keras 2's jit_compile); neither: Keras's default.",
+)  # fmt: skip
+@click.option(
+    "--xla-cache", type=SafePath(path_type=Path, file_okay=False),
+    help="Folder for XLA's persistent compilation cache (TF_XLA_FLAGS).",
 )  # fmt: skip
 @click.option(
     "--dataset",
@@ -392,8 +406,11 @@ def _bench_checks(options: dict[str, object]) -> None:
         raise click.BadParameter(
             "--strategy default runs on one device: give --gpus 1", param_hint="--gpus"
         )
-    jit = options["jit"]
-    options["jit"] = "on" if jit is True else "off" if jit is False else "auto"
+    for key in ("jit", "optimizer_jit"):
+        value = options[key]
+        options[key] = "on" if value is True else "off" if value is False else "auto"
+    if options["xla_cache"] is not None:
+        options["xla_cache"] = str(Path(str(options["xla_cache"])).absolute())
 
 
 def _precisions(value: str) -> str:

@@ -11,7 +11,8 @@ sys.meta_path. When `tensorflow` is imported, before TensorFlow's own code runs,
   toolkit) with RTLD_GLOBAL, so TensorFlow's dlopen by soname finds them whatever LD_LIBRARY_PATH
   says: a start-up hook cannot change the loader's search path of its own process.
 
-Right after the import, a memory limit gives every visible GPU one logical device of that size.
+Right after the import, a memory limit gives every visible GPU one logical device of that size
+(provision_gpu_policy, the code the smoke test and the benchmark apply it with too).
 `state` records what happened; the smoke test reports it. Stdlib only, Python >= 3.8.
 """
 
@@ -39,6 +40,7 @@ state: dict[str, Any] = {
     "seconds": None,  # time spent loading
     "limit_mib": None,
     "gpus": None,
+    "policy": None,  # what provision_gpu_policy.apply recorded
     "error": None,
 }
 
@@ -165,20 +167,23 @@ def prepare() -> None:
 
 
 def apply_limit(tf: Any) -> None:
-    """A hard memory limit per GPU; TensorFlow has no variable for it."""
+    """A hard memory limit per GPU (TensorFlow has no variable for it), through the policy code
+    the smoke test and the benchmark share (provision_gpu_policy, installed next to this file);
+    growth is TF_FORCE_GPU_ALLOW_GROWTH's, which TensorFlow reads itself."""
     if not os.environ.get(LIMIT_VAR):
         return
     try:
-        limit = int(os.environ[LIMIT_VAR])
-        state["limit_mib"] = limit
-        gpus = tf.config.list_physical_devices("GPU")
-        for gpu in gpus:
-            tf.config.set_logical_device_configuration(
-                gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit)]
-            )
-        state["gpus"] = len(gpus)
-    except Exception as exc:  # a bad value, or TensorFlow initialised by someone before us
+        import provision_gpu_policy as policy
+
+        record = policy.apply(tf, growth_by_default=False, by="provision_env_hook")
+        state["policy"] = record
+        state["limit_mib"] = record["limit_mib"]
+        state["gpus"] = len(record["devices"])
+        if record["errors"]:
+            state["error"] = "; ".join(record["errors"])
+    except Exception as exc:  # a missing module, or TensorFlow initialised by someone before us
         state["error"] = f"{type(exc).__name__}: {exc}"
+    if state["error"]:
         sys.stderr.write(
             "provision_env_hook: GPU memory limit not applied: {}\n".format(state["error"])
         )

@@ -22,16 +22,18 @@ least one configuration ran, 1 otherwise (the report is still written when one w
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
 from types import ModuleType
-from typing import Any
+from typing import Any, Dict, List, Optional, Tuple
 
 from .bench_facts import device_details, software
 from .bench_model import (
     BenchError,
+    batchnorm_kinds,
     build_model,
     compute_dtype,
     load_dataset,
@@ -41,7 +43,9 @@ from .bench_model import (
     task,
     to_format,
 )
+from .bench_procs import run_part
 from .bench_schema import (
+    BATCHNORM,
     DATA,
     DATA_FORMATS,
     DEFAULTS,
@@ -59,6 +63,8 @@ from .bench_schema import (
     Skip,
 )
 from .bench_train import Clock, CustomTrainer, FitTrainer, Skipped, accuracy, event
+from .gpu_policy import apply as apply_policy
+from .gpu_policy import summary as policy_summary
 
 __all__ = ["EVENT", "main"]
 IMAGE_BYTES_BUDGET = 1_500_000_000  # the synthetic training split, float32, in host memory
@@ -93,8 +99,20 @@ def parse_args(argv: list[str] | None = None, prog: str = "bench") -> argparse.N
     add("--max-seconds", type=float, help="skip a configuration estimated to take longer")
     add("--matmul-n", type=int, help="matmul size (default 8192 GPU, 1024 CPU)")
     add("--cpu-devices", type=int, help="N virtual CPU devices instead of GPUs")
+    add(
+        "--batchnorm",
+        choices=BATCHNORM,
+        help="ResNet50's BatchNormalization: as Keras builds it, "
+        "fused (one cuDNN kernel), unfused, or none",
+    )
+    add("--optimizer-jit", choices=JIT, help="XLA for the optimizer's update (Keras 2 only)")
+    add("--xla-cache", help="a folder for XLA's persistent compilation cache")
     add("--json", dest="json_out", default=None, help="write the report here")
     add("--seed", type=int)
+    # One configuration in this process (the parent starts a child per configuration).
+    p.add_argument("--part", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--part-out", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--part-matmul", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
 
@@ -119,8 +137,11 @@ def check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     return counts, precisions
 
 
-def setup_devices(tf: ModuleType, args: argparse.Namespace) -> list[str]:
-    """Configure devices before TensorFlow initialises; return the device names to spread over."""
+def setup_devices(tf: ModuleType, args: argparse.Namespace) -> Tuple[List[str], Dict[str, Any]]:
+    """Configure devices before TensorFlow initialises: the environment's GPU policy (gpu_policy,
+    as the smoke test and the start-up hook apply it: a limit the hook set stays), or virtual CPU
+    devices. The device names to spread over, and what the policy did."""
+    policy = apply_policy(tf, growth_by_default=True, by="the benchmark")
     if args.cpu_devices:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
@@ -128,15 +149,12 @@ def setup_devices(tf: ModuleType, args: argparse.Namespace) -> list[str]:
         )
         names = [d.name for d in tf.config.list_logical_devices("CPU")]
     else:
-        gpus = tf.config.list_physical_devices("GPU")
-        for g in gpus:
-            tf.config.experimental.set_memory_growth(g, True)
         names = [d.name for d in tf.config.list_logical_devices("GPU")]
     if not names:
         raise BenchError(
             "no GPU visible to TensorFlow; run `provision verify` or use --cpu-devices N"
         )
-    return names
+    return names, policy
 
 
 def global_batch(args: argparse.Namespace, n: int, messages: list[str]) -> int:
@@ -205,6 +223,7 @@ def run_config(
         acc = accuracy(model, x_test, y_test, gb)
         observed = trainer.observed()
         shape = [int(d) for d in model.input_shape[1:]]
+        norms = batchnorm_kinds(tf, model)
         dtype = compute_dtype(model)
     finally:
         tf.keras.backend.clear_session()
@@ -230,6 +249,7 @@ def run_config(
         "pipeline": observed["pipeline"],
         "custom_traces": observed["custom_traces"],
         "compute_dtype": dtype,
+        "batchnorm_layers": norms,
         "input_shape": shape,
         "strategy": type(strategy).__name__,
         "replicas": int(strategy.num_replicas_in_sync),
@@ -271,78 +291,146 @@ def speedups(runs: list[Run], messages: list[str]) -> None:
 
 def warnings_before(args: argparse.Namespace) -> None:
     if args.jit == "on" and args.model == "resnet50" and not args.cpu_devices:
+        bound = (
+            f"--max-seconds {args.max_seconds:g} stops a compile that takes longer"
+            if args.max_seconds
+            else "--max-seconds N stops a compile that takes longer"
+        )
         event(
             event="warn",
             text="--jit on: XLA compiles the whole ResNet50 step before the first runs (minutes; "
-            "over 400 s was seen on an H200 at batch 256)",
+            f"over 400 s was seen on an H200 at batch 256); {bound}",
         )
 
 
-def main(argv: list[str] | None = None, prog: str = "bench") -> int:
-    args = parse_args(argv, prog)
-    report: dict[str, object] = {}
-    runs: list[Run] = []
-    failed: list[Failure] = []
-    skipped: list[Skip] = []
+def xla_environment() -> Dict[str, Optional[str]]:
+    """The XLA variables in effect (they change what XLA does; the report records them)."""
+    return {k: os.environ.get(k) for k in ("XLA_FLAGS", "TF_XLA_FLAGS")}
+
+
+def use_xla_cache(folder: str) -> None:
+    """XLA's persistent compilation cache (TF_XLA_FLAGS, before TensorFlow loads): compiled
+    executables are written to the folder and read back by later runs of the same step."""
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if "--tf_xla_persistent_cache_directory" not in flags:
+        entry = "--tf_xla_persistent_cache_directory=" + os.path.abspath(folder)
+        os.environ["TF_XLA_FLAGS"] = (flags + " " + entry).strip()
+
+
+def part_main(args: argparse.Namespace) -> int:
+    """One configuration (--part PRECISION:COUNT) in this process, as a child of main: the facts
+    of the run, the matmul rows (--part-matmul) and the outcome, into --part-out as they come."""
+    precision, _, count = args.part.partition(":")
+    n = int(count)
+    out: Dict[str, Any] = {"facts": None, "outcome": None, "messages": [], "software": None}
+
+    def save() -> None:
+        tmp = args.part_out + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(out, fh)
+        os.replace(tmp, args.part_out)
+
+    loaded: Optional[ModuleType] = None
     try:
         counts, precisions = check(args)
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         import tensorflow as tf
 
-        devices = setup_devices(tf, args)
-        messages: list[str] = []
+        loaded = tf
+        devices, policy = setup_devices(tf, args)
+        line = policy_summary(policy)
+        if line and args.part_matmul:  # the first configuration says it, once
+            event(event="policy", text=line)
+        messages: List[str] = out["messages"]
         runnable = [c for c in counts if not why_not(args, c, len(devices))]
         largest = max([global_batch(args, c, []) for c in runnable] or [1])
         data, classes = load_data(tf, args, largest)
-        n = args.matmul_n or (1024 if args.cpu_devices else 8192)
-        report = {
-            "schema": SCHEMA,
-            "tool": TOOL,
+        size = args.matmul_n or (1024 if args.cpu_devices else 8192)
+        matmul = [
+            {"precision": p, "n": size, "tflops": round(matmul_tflops(tf, devices[0], p, size), 2)}
+            for p in (precisions if args.part_matmul else [])
+        ]
+        out["facts"] = {
             "tensorflow": tf.__version__,
             "devices": devices,
             "device_details": device_details(tf, devices),
-            "software": None,
-            "settings": {k: v for k, v in vars(args).items() if k != "json_out"},
+            "gpu_policy": policy,
             "task": task(args, len(data[0]), len(data[2]), classes),
-            "matmul": [
-                {"precision": p, "n": n, "tflops": round(matmul_tflops(tf, devices[0], p, n), 2)}
-                for p in precisions
-            ],
-            "runs": runs,
-            "failed": failed,
-            "skipped": skipped,
-            "messages": messages,
+            "matmul": matmul,
         }
+        save()
+        reason = why_not(args, n, len(devices))
+        if reason:
+            raise Skipped(reason)
+        out["outcome"] = {
+            "run": run_config(tf, args, devices[:n], precision, data, classes, messages)
+        }
+    except BenchError as exc:
+        out["outcome"] = {"error": str(exc)}
+    except Skipped as exc:
+        out["outcome"] = {"skipped": str(exc)}
+    except Exception as exc:  # one configuration failing must not hide the others
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        out["outcome"] = {"failed": first[:300]}
+    if loaded is not None:
+        with contextlib.suppress(Exception):
+            out["software"] = software(loaded)
+    save()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # TensorFlow's threads can make an orderly interpreter exit hang or crash
+
+
+def main(argv: Optional[List[str]] = None, prog: str = "bench") -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(raw, prog)
+    if args.xla_cache:
+        use_xla_cache(args.xla_cache)
+    if args.part:
+        return part_main(args)
+    report: Dict[str, Any] = {}
+    runs: List[Run] = []
+    failed: List[Failure] = []
+    skipped: List[Skip] = []
+    messages: List[str] = []
+    try:
+        counts, precisions = check(args)
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         warnings_before(args)
         configs = [(prec, c) for prec in precisions for c in counts]
         for index, (prec, c) in enumerate(configs, start=1):
             where: Config = {"gpus": c, "precision": prec}
             event(event="config", index=index, total=len(configs), **where)
-            reason = why_not(args, c, len(devices))
-            try:
-                if reason:
-                    raise Skipped(reason)
-                row = run_config(tf, args, devices[:c], prec, data, classes, messages)
-            except BenchError:
-                raise
-            except Skipped as exc:
-                skipped.append({**where, "reason": str(exc)})
-                event(event="skipped", reason=str(exc), **where)
-                continue
-            except Exception as exc:  # one configuration failing must not hide the others
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-                failed.append({**where, "error": first[:300]})
-                event(event="failed", error=first[:300], **where)
-                continue
-            runs.append(row)
-            event(
-                event="result",
-                images_per_s=row["images_per_s"],
-                accuracy=row["accuracy"],
-                seconds=row["seconds"],
-                **where,
-            )
-        report["software"] = software(tf)
+            part = run_part(raw, where, not report, float(args.max_seconds or 0))
+            facts = part.get("facts")
+            if facts and not report:
+                report = new_report(args, facts, runs, failed, skipped, messages)
+                line = policy_summary(facts.get("gpu_policy") or {})
+                if line:
+                    messages.append(line)
+            for m in part.get("messages") or []:
+                if m not in messages:
+                    messages.append(m)
+            if part.get("software"):
+                report["software"] = part["software"]
+            outcome = part["outcome"]
+            if "error" in outcome:
+                raise BenchError(outcome["error"])
+            if "skipped" in outcome:
+                skipped.append({**where, "reason": outcome["skipped"]})
+                event(event="skipped", reason=outcome["skipped"], **where)
+            elif "failed" in outcome:
+                failed.append({**where, "error": outcome["failed"]})
+                event(event="failed", error=outcome["failed"], **where)
+            else:
+                row: Run = outcome["run"]
+                runs.append(row)
+                event(
+                    event="result",
+                    images_per_s=row["images_per_s"],
+                    accuracy=row["accuracy"],
+                    seconds=row["seconds"],
+                    **where,
+                )
         if runs:
             speedups(runs, messages)
     except BenchError as exc:
@@ -356,3 +444,32 @@ def main(argv: list[str] | None = None, prog: str = "bench") -> int:
     else:
         print(text)
     return 0 if report.get("runs") else 1
+
+
+def new_report(
+    args: argparse.Namespace,
+    facts: Dict[str, Any],
+    runs: List[Run],
+    failed: List[Failure],
+    skipped: List[Skip],
+    messages: List[str],
+) -> Dict[str, Any]:
+    """The report, in its order, from the first configuration's facts; filled in as they run."""
+    hidden = ("json_out", "part", "part_out", "part_matmul")
+    return {
+        "schema": SCHEMA,
+        "tool": TOOL,
+        "tensorflow": facts["tensorflow"],
+        "devices": facts["devices"],
+        "device_details": facts["device_details"],
+        "software": None,
+        "settings": {k: v for k, v in vars(args).items() if k not in hidden},
+        "xla_environment": xla_environment(),
+        "gpu_policy": facts["gpu_policy"],
+        "task": facts["task"],
+        "matmul": facts["matmul"],
+        "runs": runs,
+        "failed": failed,
+        "skipped": skipped,
+        "messages": messages,
+    }

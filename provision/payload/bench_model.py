@@ -8,7 +8,7 @@ import os
 import statistics
 import time
 from types import ModuleType
-from typing import Any, Protocol, Sequence, Tuple
+from typing import Any, Dict, List, Protocol, Sequence, Tuple
 
 from .bench_schema import Task
 
@@ -104,6 +104,8 @@ def build_model(tf: ModuleType, args: argparse.Namespace, classes: int) -> Any:
     shape = (3, size, size) if args.data_format == "channels_first" else (size, size, 3)
     if args.model == "resnet50":
         base = keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes)
+        if args.batchnorm != "default":
+            base = keras.models.clone_model(base, clone_function=batchnorm_as(tf, args.batchnorm))
         for layer in base.layers:
             if isinstance(layer, keras.layers.BatchNormalization):
                 layer.momentum = BN_MOMENTUM
@@ -130,6 +132,82 @@ def build_model(tf: ModuleType, args: argparse.Namespace, classes: int) -> Any:
             keras.layers.Activation("softmax", dtype="float32"),
         ]
     )
+
+
+def keras3(tf: ModuleType) -> bool:
+    return hasattr(tf.keras, "ops")  # Keras 2 (tf.keras of TF <= 2.15) has no keras.ops
+
+
+def batchnorm_as(tf: ModuleType, how: str) -> Any:
+    """clone_model's clone_function: each BatchNormalization as --batchnorm asks (fused, unfused,
+    none: a linear activation in its place), every other layer a copy of itself."""
+    keras = tf.keras
+    norm = keras.layers.BatchNormalization
+    fused_class = fused_batchnorm_class(tf) if keras3(tf) and how == "fused" else None
+
+    def clone(layer: Any) -> Any:
+        if not isinstance(layer, norm):
+            return layer.__class__.from_config(layer.get_config())
+        config = layer.get_config()
+        if how == "none":
+            return keras.layers.Activation("linear", name=config["name"])
+        if fused_class is not None:
+            return fused_class.from_config(config)
+        if not keras3(tf):  # Keras 2 chooses; Keras 3 has one, unfused, implementation
+            config["fused"] = how == "fused"
+        return norm.from_config(config)
+
+    return clone
+
+
+def fused_batchnorm_class(tf: ModuleType) -> Any:
+    """Keras 3's BatchNormalization computing with TensorFlow's fused kernel (cuDNN's on a GPU),
+    as Keras 2 does: 4-D inputs normalised over the channel axis, in the input's dtype, with the
+    moving statistics updated as Keras 3 updates them."""
+    base = tf.keras.layers.BatchNormalization
+
+    class FusedBatchNormalization(base):  # type: ignore[misc,valid-type]
+        def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+            axis = self.axis if isinstance(self.axis, int) else self.axis[0]
+            rank = len(inputs.shape)
+            if rank != 4 or axis not in (1, 3, -1) or mask is not None or self.renorm:
+                return super().call(inputs, training=training, mask=mask)
+            fmt = "NCHW" if axis == 1 else "NHWC"
+            channels = int(inputs.shape[axis])
+            gamma = tf.convert_to_tensor(self.gamma) if self.scale else tf.ones((channels,))
+            beta = tf.convert_to_tensor(self.beta) if self.center else tf.zeros((channels,))
+            mean = tf.convert_to_tensor(self.moving_mean)
+            variance = tf.convert_to_tensor(self.moving_variance)
+            if training and self.trainable:
+                y, batch_mean, batch_var = tf.compat.v1.nn.fused_batch_norm(
+                    inputs, gamma, beta, epsilon=self.epsilon, data_format=fmt, is_training=True
+                )
+                m = self.momentum
+                self.moving_mean.assign(mean * m + batch_mean * (1.0 - m))
+                self.moving_variance.assign(variance * m + batch_var * (1.0 - m))
+                return y
+            y, _, _ = tf.compat.v1.nn.fused_batch_norm(
+                inputs, gamma, beta, mean=mean, variance=variance, epsilon=self.epsilon,
+                data_format=fmt, is_training=False,
+            )  # fmt: skip
+            return y
+
+    return FusedBatchNormalization
+
+
+def batchnorm_kinds(tf: ModuleType, model: Any) -> List[str]:
+    """The model's BatchNormalization layers by kind and count, e.g. "BatchNormalization(fused=
+    True) x53" (the report: what --batchnorm did; [] when there are none)."""
+    counts: Dict[str, int] = {}
+    stack = list(model.layers)
+    while stack:
+        layer = stack.pop()
+        stack.extend(getattr(layer, "layers", None) or [])
+        if isinstance(layer, tf.keras.layers.BatchNormalization):
+            fused = getattr(layer, "fused", None)
+            kind = type(layer).__name__ + ("" if fused is None else f"(fused={fused})")
+            counts[kind] = counts.get(kind, 0) + 1
+    return [f"{kind} x{n}" for kind, n in sorted(counts.items())]
 
 
 class Layered(Protocol):

@@ -8,15 +8,20 @@ Schema 2 (one environment): {"schema": 2, "tool": "provision-bench",
   "software": {"python", "tensorflow", "keras", "keras_module", "numpy",
                "build": {"cuda", "cudnn", "compute_capabilities"},
                "loaded": {"cudart": {"version", "path"} | null, "cudnn": ... | null}},
-  "settings": {every option, "jit": "auto" | "on" | "off", ...},
+  "settings": {every option, "jit": "auto" | "on" | "off", "batchnorm", "optimizer_jit", ...},
+  "xla_environment": {"XLA_FLAGS", "TF_XLA_FLAGS"} (as in effect, or null),
+  "gpu_policy": {"policy": "limit" | "growth" | "none", "limit_mib", "devices": {name: what is
+                 in effect}, "set_by": {name: who set it}, "errors": [...]} (gpu_policy.py),
   "task": {"kind": "synthetic" | "dataset", "description", "classes", "chance",
            "train_images", "test_images"},
   "matmul": [{"precision", "n", "tflops"}],
   "runs": [{"gpus", "precision", "global_batch", "images_per_s", "step_ms", "epoch_s",
             "accuracy", "speedup", "efficiency", "first_step_s", "seconds", "estimate_s",
             "executions", "timed_steps", "xla", "optimizer_xla", "compute_dtype",
-            "input_shape", "strategy", "replicas", "pipeline", "custom_traces"}],
-  "failed": [{"gpus", "precision", "error"}], "skipped": [{"gpus", "precision", "reason"}],
+            "batchnorm_layers", "input_shape", "strategy", "replicas", "pipeline",
+            "custom_traces"}],
+  "failed": [{"gpus", "precision", "error"}], "skipped": [{"gpus", "precision", "reason"}]
+  (a first step stopped by --max-seconds: "compile over N s: ..."),
   "messages": [...]}
 and, added by the host: "hardware" (what `provision bench` read from NVML / nvidia-smi: GPUs,
 driver, the CUDA version it supports, the interconnect, the CPU), "environment" ({"name",
@@ -45,6 +50,9 @@ LOOPS = ("fit", "custom")  # Keras model.fit, or a tf.function training loop of 
 DATA = ("tf.data", "synthetic-tensor")  # a shuffled, batched, prefetched pipeline, or one batch
 DATA_FORMATS = ("channels_last", "channels_first")
 STRATEGIES = ("mirrored", "default")  # MirroredStrategy, or TensorFlow's default (one device)
+# ResNet50's BatchNormalization: as Keras builds it (Keras 2 fused, Keras 3 not), one fused
+# cuDNN kernel (Keras 2: fused=True; Keras 3: tf.nn.fused_batch_norm), unfused, or none at all.
+BATCHNORM = ("default", "fused", "unfused", "none")
 # The options' defaults, here once: the payload's command line and `provision bench` use them.
 DEFAULTS: Dict[str, str | int | None] = {
     "gpus": "1",
@@ -67,6 +75,9 @@ DEFAULTS: Dict[str, str | int | None] = {
     "loop": "fit",
     "strategy": "mirrored",
     "max_seconds": 0,
+    "batchnorm": "default",
+    "optimizer_jit": "auto",
+    "xla_cache": None,
     "matmul_n": None,
     "cpu_devices": 0,
     "seed": 1234,
@@ -81,6 +92,12 @@ SCHEMA1_SETTINGS: Dict[str, str | int] = {
     "strategy": "mirrored",
     "max_seconds": 0,
 }
+# Settings added to schema 2 later, at the values runs without them had.
+LATER_SETTINGS: Dict[str, str | None] = {
+    "batchnorm": "default",
+    "optimizer_jit": "auto",
+    "xla_cache": None,
+}
 RUN_FIELDS = (
     "first_step_s",
     "seconds",
@@ -90,6 +107,7 @@ RUN_FIELDS = (
     "xla",
     "optimizer_xla",
     "compute_dtype",
+    "batchnorm_layers",
     "input_shape",
     "strategy",
     "replicas",
@@ -133,6 +151,7 @@ class _Run(Config):
     pipeline: List[str]
     custom_traces: Optional[int]
     compute_dtype: str
+    batchnorm_layers: List[str]
     input_shape: List[int]
     strategy: str
     replicas: int
@@ -210,7 +229,10 @@ def upgrade(report: object) -> Dict[str, object]:
         settings["jit"] = "on" if settings.get("jit") is True else "off"
         out["software"] = {"tensorflow": out.get("tensorflow")}
         out["task"] = {"kind": "synthetic", "description": "not recorded (schema 1)"}
-    for key in ("hardware", "environment", "command"):
+    later = out.setdefault("settings", {})
+    for key, later_value in LATER_SETTINGS.items():
+        later.setdefault(key, later_value)
+    for key in ("hardware", "environment", "command", "gpu_policy", "xla_environment"):
         out.setdefault(key, None)
     for key in ("failed", "skipped", "messages", "matmul", "device_details"):
         out.setdefault(key, [])

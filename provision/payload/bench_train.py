@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -21,6 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
 from .bench_model import LEARNING_RATE
 from .bench_schema import EVENT, Config
+
+FAULT_VAR = "PROVISION_BENCH_FAULT"  # tests: hang-first-step:<precision>
 
 
 class Timing(TypedDict):
@@ -67,7 +70,12 @@ class Clock:
         self.stop_reason = ""
 
     def begin(self) -> None:
+        """The first step starts: it traces and compiles (the parent bounds it, --max-seconds)."""
+        event(event="first_step_start", **self.label)
         self.start = time.perf_counter()
+        kind, _, which = os.environ.get(FAULT_VAR, "").partition(":")
+        if kind == "hang-first-step" and which == self.label["precision"]:
+            time.sleep(10**6)  # tests: a compile that does not end
 
     def mark(self, end_step: int) -> bool:
         """Record an execution's end; False when the configuration must stop here."""
@@ -139,6 +147,21 @@ def _jit_arg(args: argparse.Namespace) -> Dict[str, bool]:
     return {} if args.jit == "auto" else {"jit_compile": args.jit == "on"}
 
 
+def optimizer(tf: ModuleType, args: argparse.Namespace) -> Any:
+    """SGD with momentum; --optimizer-jit on/off sets Keras 2's jit_compile (its own XLA update,
+    on by default where XLA can run). Keras 3's optimizers have no such switch: their update is
+    compiled only as part of an XLA-compiled step (--jit on), and the option is refused there."""
+    kwargs: Dict[str, Any] = {"learning_rate": LEARNING_RATE, "momentum": 0.9}
+    if args.optimizer_jit != "auto":
+        if hasattr(tf.keras, "ops"):
+            raise ValueError(
+                "--optimizer-jit: Keras 3's optimizers have no jit_compile; their update is "
+                "XLA-compiled only with the step (--jit on)"
+            )
+        kwargs["jit_compile"] = args.optimizer_jit == "on"
+    return tf.keras.optimizers.SGD(**kwargs)
+
+
 class FitTrainer:
     """Keras's own loop: model.compile(jit_compile=..., steps_per_execution=...) and model.fit."""
 
@@ -147,7 +170,7 @@ class FitTrainer:
     ) -> None:
         self.tf, self.args, self.model = tf, args, model
         model.compile(
-            optimizer=tf.keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=0.9),
+            optimizer=optimizer(tf, args),
             loss=tf.keras.losses.SparseCategoricalCrossentropy(),
             metrics=["accuracy"],
             steps_per_execution=args.steps_per_execution,
@@ -199,11 +222,11 @@ class CustomTrainer:
         mixed16: bool,
     ) -> None:
         self.tf, self.args, self.model, self.strategy = tf, args, model, strategy
-        optimizer = tf.keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=0.9)
+        opt = optimizer(tf, args)
         if mixed16:
-            optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)
-        self.optimizer = optimizer
-        optimizer.build(model.trainable_variables)  # its variables, mirrored, before tracing
+            opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+        self.optimizer = opt
+        opt.build(model.trainable_variables)  # its variables, mirrored, before tracing
         self.ds = None
         if args.data == "synthetic-tensor":
             x, y = data[0][:gb], data[1][:gb]

@@ -8,7 +8,7 @@ import time
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import cudalibs, elf, probes
+from . import cudalibs, elf, gpu_policy, probes
 from .report import Expected, Result
 
 
@@ -101,8 +101,10 @@ def dist_version(name: str) -> Optional[str]:
 
 
 def _device_settings(tf: Any, gpus: List[Any]) -> Result:
-    """Memory growth (or the hard limits a start-up hook set), or two virtual CPU devices."""
+    """The environment's GPU policy (gpu_policy: the limit the start-up hook set stays, else
+    memory growth), or two virtual CPU devices when there is no GPU."""
     setup: Result = {}
+    record = gpu_policy.apply(tf, growth_by_default=True, by="the smoke test")
     if gpus:
         limits = {}
         for g in gpus:
@@ -111,13 +113,10 @@ def _device_settings(tf: Any, gpus: List[Any]) -> Result:
                 limits[g.name] = int(conf[0].memory_limit)
         if limits:
             setup["memory_limit_mib"] = limits
-        else:
-            try:
-                for g in gpus:
-                    tf.config.experimental.set_memory_growth(g, True)
-                setup["memory_growth"] = True
-            except (RuntimeError, ValueError) as exc:
-                setup["memory_growth_error"] = str(exc)
+        elif not record["errors"]:
+            setup["memory_growth"] = True
+        if record["errors"]:
+            setup["memory_growth_error"] = "; ".join(record["errors"])
     else:
         try:
             cpu = tf.config.list_physical_devices("CPU")[0]
