@@ -28,7 +28,7 @@ def diagnose(
 ) -> Diagnosis:
     """Every release of the matrix (or the one asked for) on every path, judged on `host`."""
     found = host_findings(host)
-    releases = [matrix.release(tf)] if tf else list(matrix.releases)
+    releases = [matrix.release(tf)] if tf else list(matrix.finals)
     verdicts = tuple(verdict(host, found, matrix, rel, path) for rel in releases for path in PATHS)
     return Diagnosis(host, found.findings, verdicts, tf, digest)
 
