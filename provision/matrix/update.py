@@ -213,8 +213,9 @@ def _put(
             "compute_targets: cuda_config.h lists capabilities without saying which carry PTX "
             "(build_info.py has no cuda_compute_capabilities); written as SASS only"
         )
-    if cudnn not in matrix.cudnn:
+    if cudnn not in matrix.cudnn or not matrix.cudnn[cudnn].url:
         not_cited.append(f"cudnn {cudnn}: NVIDIA's archive and its sha256, conda-forge's build")
+    if cudnn not in matrix.cudnn:
         draft.put(
             "cudnn", "version", _cudnn_row(cudnn, cudnn_pin, matrix.cuda[cuda].major, wheel_id)
         )
