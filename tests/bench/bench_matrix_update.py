@@ -112,8 +112,8 @@ def once(tf: str, proxy: CountingProxy) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-matrix-") as tmp:
         copy = Path(tmp) / "matrix.toml"
         pin = strip_release(ROOT / "provision" / "data" / "matrix.toml", copy, tf)
-        env = {**os.environ, "HTTPS_PROXY": f"http://127.0.0.1:{proxy.port}",
-               "https_proxy": f"http://127.0.0.1:{proxy.port}", "NO_PROXY": "", "no_proxy": ""}  # fmt: skip
+        url = f"http://127.0.0.1:{proxy.port}"
+        env = {**os.environ, "HTTPS_PROXY": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": ""}
         argv = [sys.executable, "-m", "provision", "-q", "matrix", "update", "--pre",
                 "--tf", tf, "--matrix", str(copy)]  # fmt: skip
         before = proxy.bytes
