@@ -134,19 +134,9 @@ def render_cmd(
     if all_ == bool(tf):
         raise click.UsageError("give either --tf X.Y or --all")
     result = render.run(
-        out=out,
-        tf=tf,
-        path=path,
-        python=python,
-        name=name,
-        all_=all_,
-        check=check,
-        force=force,
-        gpu_memory=gpu_memory,
-        gpus=gpus,
-        pre=pre,
-        jupyter=jupyter,
-    )
+        out=out, tf=tf, path=path, python=python, name=name, all_=all_, check=check, force=force,
+        gpu_memory=gpu_memory, gpus=gpus, pre=pre, jupyter=jupyter,
+    )  # fmt: skip
     for line in result.lines:
         click.echo(line)
     if not result.ok:
@@ -288,9 +278,9 @@ def install_cmd(
 
 
 @cli.command("create")
-@click.option("--tf", "tf", metavar="X.Y", required=True, callback=nonblank,
-              help="TensorFlow release.")  # fmt: skip
-@click.option("--path", "path", type=click.Choice(PATH_CHOICES), default="conda", show_default=True)
+@click.option("--tf", "tf", metavar="X.Y|auto", callback=nonblank,
+              help="TensorFlow release; default: the newest this host runs.")  # fmt: skip
+@click.option("--path", "path", type=click.Choice(PATH_CHOICES), help="Default: conda.")
 @click.option("--python", "python", metavar="X.Y", callback=version_xy,
               help="Default: newest supported on this host.")  # fmt: skip
 @click.option("--name", "name", help="Environment name (default: tf<X.Y>-<path>).")
@@ -308,8 +298,8 @@ def install_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
 @pre_option
 def create_cmd(
-    tf: str,
-    path: str,
+    tf: str | None,
+    path: str | None,
     python: str | None,
     name: str | None,
     out: Path,
@@ -325,6 +315,9 @@ def create_cmd(
 ) -> None:
     """Render, lock, install and verify an environment; each step is skipped when already done."""
     from provision import create
+    from provision.cli.auto import pick
+
+    tf, path = pick(tf, path, pre)
 
     shown = presenter()
     result = create.create(
