@@ -70,6 +70,8 @@ def regen_command(spec: EnvSpec) -> str:
         argv += ["--gpus", spec.gpu.devices]
     if spec.jupyter:
         argv.append("--jupyter")
+    if rel.prerelease:
+        argv.append("--pre")
     return shlex.join(argv)
 
 

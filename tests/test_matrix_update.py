@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from packaging.requirements import Requirement
 from wheelindex import AND_CUDA, CUDA_CONFIG_12, WheelIndex
 
+from provision import matrix as matrix_mod
 from provision.cli.commands import cli
 from provision.errors import UnsupportedCombination
-from provision.matrix import DATA_FILE, Matrix, parse
+from provision.matrix import DATA_FILE, Matrix, Release, parse
 from provision.matrix.spec import check_pre, refusal, resolve
 
 if sys.version_info >= (3, 11):
@@ -289,3 +291,54 @@ def test_real_rederive_reports_no_difference() -> None:
 def test_real_check_knows_every_release() -> None:
     res = CliRunner().invoke(cli, ["-q", "matrix", "update", "--check", "--pre"])
     assert (res.exit_code, res.output) == (0, "the matrix has every release on the index\n")
+
+
+# ---------------------------------------------------------------- a pre-release row, locked
+
+
+def _prerelease_row() -> Release:
+    rows = [r for r in matrix_mod.load().releases if r.prerelease]
+    if not rows:
+        pytest.skip("the committed matrix has no pre-release row")
+    return rows[-1]
+
+
+def test_a_prerelease_lock_allows_only_its_own_prereleases() -> None:
+    from provision.errors import LockError
+    from provision.lock.lockfile import check_prereleases
+
+    rel = _prerelease_row()
+    spec = resolve(matrix_mod.load(), rel.tf, "pip", rel.python[0])
+    sha = "0" * 64
+
+    def body(*pins: str) -> str:
+        return "".join(f"{p} \\\n    --hash=sha256:{sha}\n" for p in pins)
+
+    deps = [f"{Requirement(d).name}==99.0.dev1" for d in rel.prerelease_deps]
+    check_prereleases(spec, body(f"tensorflow=={rel.pin}", *deps, "numpy==2.3.0"))
+    with pytest.raises(LockError, match=r"pre-releases the matrix does not allow: numpy==2.4.0rc1"):
+        check_prereleases(spec, body(f"tensorflow=={rel.pin}", *deps, "numpy==2.4.0rc1"))
+
+
+@pytest.mark.slow
+def test_real_prerelease_row_renders_and_locks(tmp_path: Path) -> None:
+    """`render --tf X.Y --pre --path pip` and `lock` against the index: the lock names the
+    pre-releases it allows, and holds them pinned."""
+    rel = _prerelease_row()
+    out = tmp_path / "envs"
+    run = CliRunner().invoke
+    res = run(cli, ["-q", "render", "--tf", rel.tf, "--path", "pip", "--out", str(out)])
+    assert res.exit_code == 1 and "add --pre" in res.output
+    args = ["--tf", rel.tf, "--pre", "--path", "pip", "--python", rel.python[0]]
+    res = run(cli, ["-q", "render", *args, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    name = f"tf{rel.tf}-pip-py{rel.python[0]}"
+    assert "--pre" in (out / name / "requirements.in").read_text().splitlines()[0]
+    res = run(cli, ["-q", "lock", name, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    lock = (out / name / "requirements.lock").read_text()
+    allowed = ", ".join([f"tensorflow=={rel.pin}", *rel.prerelease_deps])
+    assert f"# Pre-releases allowed for these only (a pre-release row, --pre): {allowed}\n" in lock
+    assert f"tensorflow=={rel.pin} " in lock
+    for dep in rel.prerelease_deps:
+        assert f"\n{Requirement(dep).name}==" in lock
