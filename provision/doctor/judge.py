@@ -114,7 +114,8 @@ def _matching_envs(host: HostReport, rel: Release, kinds: Sequence[str]) -> list
 
 
 def _create(rel: Release, path: PathKind, python: str = "") -> str:
-    return f"provision create --tf {rel.tf} --path {path}" + (
+    pre = " --pre" if rel.prerelease else ""
+    return f"provision create --tf {rel.tf}{pre} --path {path}" + (
         f" --python {python}" if python else ""
     )
 
