@@ -153,6 +153,24 @@ def test_prerelease_with_its_prerelease_dependency_then_the_final(
     assert m.newest.tf == "2.23"
 
 
+def test_a_final_keeps_the_sources_its_prerelease_gave_other_rows(
+    wheel_index: WheelIndex, data: Path
+) -> None:
+    """The cuDNN row a pre-release brought in cites the pre-release's wheel: replacing the
+    release keeps that source (dropping it would leave the cuDNN row citing nothing)."""
+    and_cuda = [r.replace(">=9.3.0.75", ">=9.11.0.1") for r in AND_CUDA]
+    wheel_index.nvidia(and_cuda)
+    wheel_index.tensorflow("2.23.0rc0", and_cuda=and_cuda)
+    assert update(data, "--pre")[0] == 0
+    assert read(data).cudnn["9.11"].sources == ("wheel-2.23.0rc0",)
+    wheel_index.tensorflow("2.23.0", and_cuda=and_cuda)
+    code, out = update(data)
+    assert code == 0, out
+    m = read(data)
+    assert m.release("2.23").pin == "2.23.0" and m.cudnn["9.11"].sources == ("wheel-2.23.0rc0",)
+    assert "wheel-2.23.0rc0" in m.sources and "index-2.23.0rc0" not in m.sources
+
+
 def test_fields_the_wheels_cannot_give_are_marked_not_cited(
     wheel_index: WheelIndex, data: Path
 ) -> None:

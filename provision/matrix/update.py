@@ -117,7 +117,8 @@ def update(
         if old is not None:
             outcome.replaced.append(f"{old.pin} -> {version}")
             for sid in (f"wheel-{old.pin}", f"index-{old.pin}"):
-                draft.drop("source", "id", sid)
+                if not _cited_elsewhere(matrix, sid, tf):
+                    draft.drop("source", "id", sid)
         else:
             outcome.added.append(str(version))
     new_text, _ = _validated(draft)
@@ -135,11 +136,19 @@ def update(
     return outcome
 
 
+def _cited_elsewhere(matrix: Matrix, sid: str, tf: str) -> bool:
+    """Whether a row other than release `tf` cites source `sid` (a cuDNN row added with a
+    pre-release keeps citing the pre-release's wheel after the final replaces the release)."""
+    rows: list[tuple[str, ...]] = [r.sources for r in matrix.releases if r.tf != tf]
+    rows += [c.sources for c in matrix.cuda.values()] + [d.sources for d in matrix.cudnn.values()]
+    rows += [matrix.conda_forge.sources] + [c.sources for c in matrix.conda_forge.cudnn]
+    return any(sid in ids for ids in rows)
+
+
 def _validated(draft: store.Draft) -> tuple[str, Matrix]:
     try:
         return draft.result()
     except MatrixError as exc:
-        # A source still cited elsewhere was dropped with the row it came from: put it back.
         raise MatrixError(f"the updated matrix does not validate ({exc}); nothing written") from exc
 
 
