@@ -124,6 +124,7 @@ def create(
     progress: Progress | None = None,
     jupyter: bool = False,
     report: Report = nothing,
+    pre: bool = False,
 ) -> CreateResult:
     """progress: each step as it starts and ends; report: what goes on inside the steps (the
     installers' downloads, install.sh's steps, the smoke test)."""
@@ -132,6 +133,7 @@ def create(
 
     if python and path != "conda":
         tools.find_python(python)  # create builds here: say so before rendering anything
+    spec.check_pre(matrix.load().release(tf), pre)
     python = python or default_python(tf, path)
     gpu = spec.GpuPolicy(gpu_memory, gpus)
     env_spec = spec.resolve(matrix.load(), tf, path, python, name, gpu, jupyter=jupyter)
@@ -225,7 +227,7 @@ def _render(
 
     return render.run(
         out=out, tf=tf, path=path, python=python, name=name, all_=False, check=False,
-        force=force, gpu_memory=gpu_memory, gpus=gpus, jupyter=jupyter,
+        force=force, gpu_memory=gpu_memory, gpus=gpus, jupyter=jupyter, pre=True,
     )  # fmt: skip
 
 

@@ -199,6 +199,8 @@ class EnvDir:
             argv += ["--gpus", r.gpus]
         if r.jupyter:
             argv.append("--jupyter")
+        if _is_prerelease(r.tf):
+            argv.append("--pre")
         if self.root.parent != DEFAULT_OUT:
             argv += ["--out", str(self.root.parent)]
         return shlex.join(argv)
@@ -501,3 +503,12 @@ def activation_env(prefix: Path, path: str) -> dict[str, str]:
     after = dict(item.split("=", 1) for item in done.stdout.split("\0") if "=" in item)
     changed = {k: v for k, v in after.items() if k not in _SHELL_OWN and before.get(k) != v}
     return {**base, **changed}
+
+
+def _is_prerelease(tf: str) -> bool:
+    from provision import matrix
+
+    try:
+        return matrix.load().release(tf).prerelease
+    except ProvisionError:
+        return False

@@ -29,6 +29,7 @@ from provision.matrix.spec import (
     EnvSpec,
     GpuPolicy,
     all_specs,
+    check_pre,
     default_name,
     expected,
     refusal,
@@ -69,6 +70,8 @@ def regen_command(spec: EnvSpec) -> str:
         argv += ["--gpus", spec.gpu.devices]
     if spec.jupyter:
         argv.append("--jupyter")
+    if rel.prerelease:
+        argv.append("--pre")
     return shlex.join(argv)
 
 
@@ -257,6 +260,7 @@ def run(
     gpu_memory: str | None,
     gpus: str | None,
     jupyter: bool = False,
+    pre: bool = False,
 ) -> StepResult:
     """`provision render`: resolve the request, render everything in memory, then check or write.
     Done when a file was written, skipped when every file was already as rendered, stale when
@@ -270,7 +274,7 @@ def run(
                 "--name/--gpu-memory/--gpus/--jupyter, or render one release with --tf"
             )
         specs = all_specs(m)
-        for rel in m.releases:
+        for rel in m.finals:
             for kind in PATHS:
                 why = refusal(m, rel, kind)
                 if why:
@@ -279,6 +283,7 @@ def run(
         if not tf:
             raise UsageError("give either --tf X.Y or --all")
         gpu = GpuPolicy(gpu_memory, gpus)
+        check_pre(m.release(tf), pre)
         specs = [resolve(m, tf, path, python, name, gpu, jupyter=jupyter)]
     rendered = {s.name: render(s, m) for s in specs}
     _check_out_dir(out, writing=not check)

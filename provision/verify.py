@@ -180,7 +180,7 @@ def _findings(
 
     tf_found, tf_want = env.get("tensorflow"), expected.get("tf_version")
     if tf_want:
-        if tf_found == tf_want:
+        if judge.same_version(tf_found, tf_want):
             add("tensorflow", PASS, f"TensorFlow {tf_found}")
         else:
             add(

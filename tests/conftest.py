@@ -117,6 +117,9 @@ def real_conda_channel(
 # A small real wheel served by a local index, and an environment sealed to it (tests/tinyindex.py).
 from tinyindex import env, index  # noqa: E402, F401
 
+# TensorFlow-shaped wheels served with Range requests, for `matrix update` (tests/wheelindex.py).
+from wheelindex import wheel_index  # noqa: E402, F401
+
 # -- where tests write: temporary directories, and one cache under pytest's own ----------------
 
 

@@ -180,6 +180,28 @@ def test_create_pip_builds_verified_tensorflow(
 
 
 @pytest.mark.slow
+def test_create_prerelease_pip_builds_and_verifies(tmp_path: Path, home: dict[str, str]) -> None:
+    """A pre-release row (`matrix update --pre`) builds and verifies with --pre, on the CPU here;
+    without --pre it is refused before anything is written."""
+    rows = [r for r in matrix.load().releases if r.prerelease]
+    if not rows:
+        pytest.skip("the matrix has no pre-release row")
+    rel, out = rows[-1], tmp_path / "envs"
+    refused = provision("create", "--tf", rel.tf, "--path", "pip", "--out", str(out), env=home)
+    assert refused.returncode == 1 and "add --pre" in refused.stderr and not out.exists()
+    done = provision(
+        "create", "--tf", rel.tf, "--pre", "--path", "pip", "--out", str(out), "--json", env=home
+    )
+    assert done.returncode == 0, done.stderr
+    data = summary(done)
+    assert statuses(data) == [(s, "done") for s in ("render", "lock", "install", "verify")]
+    prefix = Path(str(data["prefix"]))
+    assert json.loads((prefix / VERIFY_MARKER).read_text())["ok"] is True
+    lock = (out / str(data["name"]) / "requirements.lock").read_text()
+    assert f"tensorflow=={rel.pin}" in lock and "# Pre-releases allowed for these only" in lock
+
+
+@pytest.mark.slow
 def test_create_force_rebuilds_and_verifies_again(tmp_path: Path, home: dict[str, str]) -> None:
     tf = matrix.load().newest.tf
     out = tmp_path / "envs"

@@ -28,7 +28,7 @@ M = matrix.load()
 
 def row(pred: Any) -> str:
     """The newest release on the conda path that pred accepts."""
-    for rel in reversed(M.releases):
+    for rel in reversed(M.finals):
         if spec.refusal(M, rel, "conda") is None and pred(M.cuda_of(rel), M.cudnn_of(rel)):
             return rel.tf
     pytest.skip("the matrix has no such row", allow_module_level=True)
@@ -37,7 +37,7 @@ def row(pred: Any) -> str:
 CUDA11_CONDA_CUDNN = row(lambda cu, dn: cu.major == 11 and dn.conda_forge)
 CUDA11_PIP_CUDNN = row(lambda cu, dn: cu.major == 11 and not dn.conda_forge)
 CUDA12 = row(lambda cu, dn: cu.major == 12)
-PIP_ROW = next(r.tf for r in reversed(M.releases) if spec.refusal(M, r, "pip") is None)
+PIP_ROW = next(r.tf for r in reversed(M.finals) if spec.refusal(M, r, "pip") is None)
 
 
 def provision(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

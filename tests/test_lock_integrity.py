@@ -29,11 +29,11 @@ from provision.matrix import spec
 
 M = matrix.load()
 CONDA_ROW = next(  # the pip part holds more than TensorFlow: a cuDNN wheel
-    r.tf for r in reversed(M.releases)
+    r.tf for r in reversed(M.finals)
     if spec.refusal(M, r, "conda") is None and M.cuda_of(r).major == 11
     and not M.cudnn_of(r).conda_forge
 )  # fmt: skip
-PIP_ROW = next(r.tf for r in reversed(M.releases) if spec.refusal(M, r, "pip") is None)
+PIP_ROW = next(r.tf for r in reversed(M.finals) if spec.refusal(M, r, "pip") is None)
 BODY_TAG = "# provision-body-sha256: "
 END_TAG = "# provision-lock-end: "
 

@@ -313,3 +313,27 @@ def test_usage_of_the_zipapp() -> None:
         )
         assert done.returncode == code, argv
         assert words in done.stdout + done.stderr, argv
+
+
+def test_a_tensorflow_version_however_it_is_spelled() -> None:
+    """TensorFlow's own __version__ of a pre-release is '2.22.0-rc0'; the package is 2.22.0rc0."""
+    from provision.payload.judge import same_version
+
+    assert same_version("2.22.0-rc0", "2.22.0rc0")
+    assert same_version("2.15.0.post1", "2.15.0post1") and same_version("2.13.1", "2.13.1")
+    assert not same_version("2.22.0-rc1", "2.22.0rc0") and not same_version("2.22.0", "2.22.0rc0")
+    assert not same_version("", "2.22.0") and not same_version(None, "")
+
+
+def test_cuda_config_h_is_read_past_its_include_guard() -> None:
+    """A bare `#define GUARD_H_` ends at its line: the define after it is not its value (the
+    CUDA version of cuda_config.h was lost this way, and since 2.22 only that header has it)."""
+    header = (
+        "#ifndef CUDA_CUDA_CONFIG_H_\n#define CUDA_CUDA_CONFIG_H_\n\n"
+        '#define TF_CUDA_VERSION "12.5.1"\n#define TF_CUDNN_VERSION "9"\n'
+        '#define TF_CUDA_TOOLKIT_PATH ""\n\n#define TF_CUDA_COMPUTE_CAPABILITIES 60, 70, 90\n'
+    )
+    found = cudalibs.header_defines(header)
+    assert found["TF_CUDA_VERSION"] == "12.5.1" and found["TF_CUDNN_VERSION"] == "9"
+    assert found["CUDA_CUDA_CONFIG_H_"] == "" and found["TF_CUDA_TOOLKIT_PATH"] == ""
+    assert found["TF_CUDA_COMPUTE_CAPABILITIES"] == "60, 70, 90"

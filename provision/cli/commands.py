@@ -27,6 +27,7 @@ from provision.cli.common import (
     gpu_options,
     jupyter_option,
     out_option,
+    pre_option,
     presenter,
 )
 from provision.errors import ProvisionError
@@ -73,17 +74,22 @@ def cli(ctx: click.Context, quiet: bool, verbose: int) -> None:
     ctx.meta[VERBOSITY] = 0 if quiet else 1 + verbose
 
 
-@cli.command("matrix")
+@cli.group("matrix", cls=Group, invoke_without_command=True)
 @click.option(
     "--tf", "tf", metavar="X.Y", callback=nonblank,
     help="Show one release with every field and its sources.",
 )  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def matrix_cmd(tf: str | None, as_json: bool) -> None:
+@click.pass_context
+def matrix_cmd(ctx: click.Context, tf: str | None, as_json: bool) -> None:
     """The compatibility table: TensorFlow, Python, CUDA, cuDNN, driver, GPUs, channels, sources."""
     from provision import matrix
     from provision.cli import table
 
+    if ctx.invoked_subcommand is not None:
+        if tf or as_json:
+            raise click.UsageError("--tf/--json belong after the subcommand here")
+        return
     m = matrix.load()
     if as_json:
         emit_json(table.as_json(m, m.release(tf) if tf else None))
@@ -105,6 +111,7 @@ def matrix_cmd(tf: str | None, as_json: bool) -> None:
 @gpu_options
 @jupyter_option
 @click.option("--all", "all_", is_flag=True, help="Every release on every path that can serve it.")
+@pre_option
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 when files on disk are stale.")
 @click.option("--force", is_flag=True, help="Overwrite files edited by hand since rendering.")
 def render_cmd(
@@ -119,6 +126,7 @@ def render_cmd(
     all_: bool,
     check: bool,
     force: bool,
+    pre: bool,
 ) -> None:
     """Render envs/<name>/: the lock inputs, hooks/runtime.env and the manifest provision.json."""
     from provision import render
@@ -126,18 +134,9 @@ def render_cmd(
     if all_ == bool(tf):
         raise click.UsageError("give either --tf X.Y or --all")
     result = render.run(
-        out=out,
-        tf=tf,
-        path=path,
-        python=python,
-        name=name,
-        all_=all_,
-        check=check,
-        force=force,
-        gpu_memory=gpu_memory,
-        gpus=gpus,
-        jupyter=jupyter,
-    )
+        out=out, tf=tf, path=path, python=python, name=name, all_=all_, check=check, force=force,
+        gpu_memory=gpu_memory, gpus=gpus, pre=pre, jupyter=jupyter,
+    )  # fmt: skip
     for line in result.lines:
         click.echo(line)
     if not result.ok:
@@ -279,9 +278,9 @@ def install_cmd(
 
 
 @cli.command("create")
-@click.option("--tf", "tf", metavar="X.Y", required=True, callback=nonblank,
-              help="TensorFlow release.")  # fmt: skip
-@click.option("--path", "path", type=click.Choice(PATH_CHOICES), default="conda", show_default=True)
+@click.option("--tf", "tf", metavar="X.Y|auto", callback=nonblank,
+              help="TensorFlow release; default: the newest this host runs.")  # fmt: skip
+@click.option("--path", "path", type=click.Choice(PATH_CHOICES), help="Default: conda.")
 @click.option("--python", "python", metavar="X.Y", callback=version_xy,
               help="Default: newest supported on this host.")  # fmt: skip
 @click.option("--name", "name", help="Environment name (default: tf<X.Y>-<path>).")
@@ -297,9 +296,10 @@ def install_cmd(
 @click.option("--channel", "channels", multiple=True, callback=nonblank,
               help="conda path: lock against this channel.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
+@pre_option
 def create_cmd(
-    tf: str,
-    path: str,
+    tf: str | None,
+    path: str | None,
     python: str | None,
     name: str | None,
     out: Path,
@@ -311,15 +311,19 @@ def create_cmd(
     solver: str,
     channels: tuple[str, ...],
     as_json: bool,
+    pre: bool,
 ) -> None:
     """Render, lock, install and verify an environment; each step is skipped when already done."""
     from provision import create
+    from provision.cli.auto import pick
+
+    tf, path = pick(tf, path, pre)
 
     shown = presenter()
     result = create.create(
         tf=tf, path=path, python=python, name=name, out=out, gpu_memory=gpu_memory, gpus=gpus,
         prefix=prefix, force=force, solver=solver, channels=channels,
-        progress=lambda step: _show_step(shown, step), jupyter=jupyter, report=shown,
+        progress=lambda step: _show_step(shown, step), jupyter=jupyter, report=shown, pre=pre,
     )  # fmt: skip
     shown.close()
     if as_json:
@@ -460,6 +464,7 @@ def _install_from_bundle(
 
 def _register_use_commands() -> None:
     """bench, list, show, remove, run, kernel, export, fleet, bundle: after the workflow's own."""
+    from provision.cli import matrix_update
     from provision.cli import use as cli_use
 
     for command in (
@@ -471,6 +476,7 @@ def _register_use_commands() -> None:
     from provision.cli.check import check_cmd
 
     cli.add_command(check_cmd)
+    matrix_cmd.add_command(matrix_update.update_cmd)
 
 
 _register_use_commands()

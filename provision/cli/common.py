@@ -105,3 +105,8 @@ def gpu_options(f: F) -> F:
 def _progress(quiet: bool) -> Callable[[str], None]:
     silent = quiet or click.get_current_context().meta.get(VERBOSITY, 1) == 0  # the group's -q
     return (lambda line: None) if silent else (lambda line: click.echo(line, err=True))
+
+
+pre_option = click.option(
+    "--pre", is_flag=True, help="Allow a release the matrix holds only as a pre-release."
+)

@@ -64,6 +64,9 @@ def overview(m: Matrix) -> str:
     lines = columns(rows, rule=True)
     lines.append("")
     lines.append("driver >=: the CUDA toolkit's own minimum (minor-version-compatibility floor).")
+    pre = [r.pin for r in m.releases if r.prerelease]
+    if pre:
+        lines.append(f"pre-releases ({', '.join(pre)}): never a default; use them with --pre.")
     lines.append("`provision matrix --tf X.Y` shows one release with every field and its sources.")
     return "\n".join(lines)
 

@@ -28,7 +28,7 @@ def diagnose(
 ) -> Diagnosis:
     """Every release of the matrix (or the one asked for) on every path, judged on `host`."""
     found = host_findings(host)
-    releases = [matrix.release(tf)] if tf else list(matrix.releases)
+    releases = [matrix.release(tf)] if tf else list(matrix.finals)
     verdicts = tuple(verdict(host, found, matrix, rel, path) for rel in releases for path in PATHS)
     return Diagnosis(host, found.findings, verdicts, tf, digest)
 
@@ -114,7 +114,8 @@ def _matching_envs(host: HostReport, rel: Release, kinds: Sequence[str]) -> list
 
 
 def _create(rel: Release, path: PathKind, python: str = "") -> str:
-    return f"provision create --tf {rel.tf} --path {path}" + (
+    pre = " --pre" if rel.prerelease else ""
+    return f"provision create --tf {rel.tf}{pre} --path {path}" + (
         f" --python {python}" if python else ""
     )
 

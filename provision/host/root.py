@@ -35,6 +35,10 @@ class Context:
             self.timeout = DEFAULT_TIMEOUT
         self.home = env.get("HOME", "") if self.stand_in else str(Path.home())
         self.machine = platform.machine().lower()
+        if self.stand_in:  # a copy of another machine says what it is (the kernel.arch sysctl)
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                arch = (self.root / "proc/sys/kernel/arch").read_text(encoding="utf-8").strip()
+                self.machine = arch.lower() or self.machine
 
     def at(self, host_path: str) -> Path:
         """A host path ('/usr/lib', '~/miniconda3', a PATH entry) as a file of this filesystem."""

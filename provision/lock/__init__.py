@@ -66,6 +66,7 @@ def run(
         body, used, note = condalock.lock(target, plats, channels, solver, cache_dir)
     else:
         (body, note), used = pylock.lock(target, plats[0], cache_dir), "uv"
+        lockfile.check_prereleases(target.spec, body)
     count = lockfile.count(target, body)
     full_body = note + body + lockfile.end_line(count)
     text = lockfile.header(target, data, regen, lockfile.sha256(full_body)) + full_body

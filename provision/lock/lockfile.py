@@ -24,6 +24,7 @@ from provision.jsontypes import JSONObject
 from provision.lock import lockinputs, pylock
 from provision.lock.lockinputs import Target, strip_auth
 from provision.lock.requirements import normal_requirement, pins
+from provision.matrix.spec import EnvSpec
 
 # 1: a digest of the input files' bytes. 2: of their meaning, plus the body's digest and end line.
 FORMAT = 2
@@ -124,11 +125,51 @@ def header(target: Target, data: LockInputs, regen: str, body_sha256: str) -> st
         f"# {how}.",
         f"{REGEN_TAG}{regen}",
         f"# Install with: {use}",
+        *_prerelease_line(s),
         f"{INPUTS_TAG}{json.dumps(data, sort_keys=True, separators=(',', ':'))}",
         f"{DIGEST_TAG}{digest(data)}",
         f"{BODY_TAG}{body_sha256}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _prerelease_line(spec: EnvSpec) -> list[str]:
+    """A pre-release row's lock says which packages may be pre-releases: TensorFlow itself and
+    the dependencies it asks for only as pre-releases; every other package is a final release."""
+    rel = spec.release
+    if not rel.prerelease:
+        return []
+    allowed = ", ".join([f"tensorflow=={rel.pin}", *rel.prerelease_deps])
+    return [f"# Pre-releases allowed for these only (a pre-release row, --pre): {allowed}"]
+
+
+def check_prereleases(spec: EnvSpec, body: str) -> None:
+    """A pre-release row's requirements lock holds pre-releases only where the row allows them
+    (see above). Final rows are left to the resolver: 2.5's lock holds keras-nightly, a package
+    that has only development releases, as TensorFlow 2.5.3 asks for."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
+
+    from provision.errors import LockError
+
+    if not spec.release.prerelease:
+        return
+    allowed = {"tensorflow"}
+    allowed |= {canonicalize_name(Requirement(r).name) for r in spec.release.prerelease_deps}
+    found = []
+    for name, version in pins(body).items():
+        try:
+            pre = Version(version).is_prerelease
+        except InvalidVersion:
+            continue
+        if pre and canonicalize_name(name) not in allowed:
+            found.append(f"{name}=={version}")
+    if found:
+        raise LockError(
+            f"{spec.name}: the resolver chose pre-releases the matrix does not allow: "
+            f"{', '.join(sorted(found))}; nothing written"
+        )
 
 
 def end_line(count: int) -> str:

@@ -116,6 +116,15 @@ class Release:
     pin_note: str = ""
     note: str = ""
     disagreements: tuple[str, ...] = ()
+    # A pre-release row (pin 2.22.0rc0): never a default, left out of --all; used with --pre.
+    prerelease: bool = False
+    # Requirements of the wheel that only a pre-release satisfies (keras-nightly>=3.12.0.dev):
+    # the pip path asks for them explicitly, so the lock allows pre-releases for them alone.
+    prerelease_deps: tuple[str, ...] = ()
+    # The sonames TensorFlow's loader builds from the wheel's cuda_config.h ("" rows: not read).
+    dlopens: tuple[str, ...] = ()
+    # What the wheels cannot say and no person has cited yet (the tested-build table, ...).
+    not_yet_cited: tuple[str, ...] = ()
 
     @property
     def key(self) -> Version:
@@ -180,8 +189,13 @@ class Matrix:
         return self.cudnn[release.cudnn]
 
     @property
+    def finals(self) -> tuple[Release, ...]:
+        """The releases that are defaults and `--all`: pre-release rows left out."""
+        return tuple(r for r in self.releases if not r.prerelease)
+
+    @property
     def newest(self) -> Release:
-        return self.releases[-1]
+        return self.finals[-1]
 
 
 def _minor_of(tf: str) -> str:
@@ -298,6 +312,11 @@ def _validate_release(rel: Release, cudas: dict[str, Cuda], cudnns: dict[str, Cu
     where = f"release {rel.tf}"
     if _minor_of(rel.latest) != rel.tf or _minor_of(rel.pin) != rel.tf:
         raise MatrixError(f"{where}: latest/pin {rel.latest}/{rel.pin} are not {rel.tf}.x")
+    if rel.prerelease != Version(rel.pin).is_prerelease:
+        raise MatrixError(
+            f"{where}: field 'prerelease' is {str(rel.prerelease).lower()} but pin {rel.pin} "
+            f"{'is' if Version(rel.pin).is_prerelease else 'is not'} a pre-release"
+        )
     if Version(rel.pin) > Version(rel.latest):
         raise MatrixError(f"{where}: field 'pin' {rel.pin} is newer than latest {rel.latest}")
     pys = [Version(p) for p in rel.python]
@@ -388,7 +407,9 @@ def _validate_cudnn(dn: Cudnn, forge: CondaForge) -> None:
     where = f"cudnn {dn.version}"
     if _minor_of(dn.full) != dn.version:
         raise MatrixError(f"{where}: full {dn.full} is not {dn.version}.x")
-    if not dn.url.endswith("/" + dn.archive):
+    if not (dn.url or dn.archive) and not dn.note:
+        raise MatrixError(f"{where}: no archive and url, and no note saying why")
+    if (dn.url or dn.archive) and not dn.url.endswith("/" + dn.archive):
         raise MatrixError(f"{where}: field 'url' does not end in {dn.archive!r}")
     _check_digest(where, "sha256", dn.sha256, _SHA256)
     if not (dn.sha256 or dn.note):

@@ -81,12 +81,26 @@ def refusal(matrix: Matrix, release: Release, path: PathKind) -> str | None:
             f"CUDA {cuda.version} / cuDNN {cudnn.version} wheels on PyPI; "
             "use --path conda or system"
         )
+    if path == "system" and not (cudnn.url and cuda.runfile_url):
+        return (
+            f"the system path cannot serve TensorFlow {release.tf} yet: the cuDNN {cudnn.version} "
+            "archive and its checksum are not yet cited in the matrix; use --path pip or conda"
+        )
     if path == "conda" and not (cudnn.conda_forge or cudnn.pip):
         return (
             f"the conda path cannot serve TensorFlow {release.tf}: conda-forge has no cuDNN "
             f"{cudnn.version} for CUDA {cuda.major} and PyPI has no wheel either; use --path system"
         )
     return None
+
+
+def check_pre(release: Release, pre: bool) -> None:
+    """A pre-release row is used only when asked for with --pre; never by default."""
+    if release.prerelease and not pre:
+        raise UnsupportedCombination(
+            f"TensorFlow {release.tf} is only a pre-release in the matrix ({release.pin}); "
+            "add --pre to use it"
+        )
 
 
 def default_name(release: Release, path: PathKind, python: str | None = None) -> str:
@@ -99,7 +113,7 @@ def _conda_parts(
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     cuda, cudnn = matrix.cuda_of(release), matrix.cudnn_of(release)
     conda = [f"python={python}", "pip"]
-    pip = [f"tensorflow=={release.pin}"]
+    pip = [f"tensorflow=={release.pin}", *release.prerelease_deps]
     if cuda.major == 11:
         conda.append(f"cudatoolkit={cuda.conda['cudatoolkit']}")
     else:
@@ -122,7 +136,10 @@ def _pip_parts(release: Release) -> tuple[str, ...]:
     # plain pin plus those wheels is the equivalent that resolves.
     extra = release.and_cuda and not any(r.startswith("tensorrt") for r in release.and_cuda)
     tf = f"tensorflow[and-cuda]=={release.pin}" if extra else f"tensorflow=={release.pin}"
-    return (tf, *(f"{n}=={v}" for n, v in sorted(release.pip_wheels.items())))
+    # A pre-release's own pre-release dependencies are asked for explicitly, so the resolver
+    # allows pre-releases for those packages alone (and the lock's inputs show them).
+    pins = (f"{n}=={v}" for n, v in sorted(release.pip_wheels.items()))
+    return (tf, *release.prerelease_deps, *pins)
 
 
 def resolve(
@@ -163,7 +180,7 @@ def resolve(
     elif kind == "pip":
         conda_deps, pip_reqs = (), _pip_parts(release)
     else:
-        conda_deps, pip_reqs = (), (f"tensorflow=={release.pin}",)
+        conda_deps, pip_reqs = (), (f"tensorflow=={release.pin}", *release.prerelease_deps)
     if jupyter:
         # From the index like TensorFlow, so the lock of every path holds it with its hashes.
         pip_reqs = (*pip_reqs, JUPYTER_KERNEL)
@@ -222,7 +239,7 @@ def all_specs(matrix: Matrix) -> list[EnvSpec]:
     """Every release on every path that can serve it, at its default Python (`render --all`)."""
     return [
         resolve(matrix, rel.tf, path)
-        for rel in matrix.releases
+        for rel in matrix.finals
         for path in PATHS
         if refusal(matrix, rel, path) is None
     ]

@@ -9,7 +9,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 from . import cudalibs, probes
 from .context import Ctx
-from .judge import judge_library_version, same_release
+from .judge import judge_library_version, same_release, same_version
 from .report import Result, result
 from .runner import describe_exit, dies_with_parent
 from .status import FAIL, PASS, SKIP, WARN
@@ -20,7 +20,7 @@ def check_tf_version(ctx: Ctx) -> Result:
     want = ctx.expected.get("tf_version")
     if not want:
         return result(SKIP, f"TensorFlow {found}; no expected version given", version=found)
-    if found == want:
+    if same_version(found, want):
         return result(PASS, f"TensorFlow {found}, as the spec says", version=found)
     return result(FAIL, f"TensorFlow {found} is installed; the spec says {want}", version=found)
 
@@ -63,7 +63,7 @@ def check_build_info(ctx: Ctx) -> Result:
         return result(FAIL, "; ".join(problems), **details)
     text = f"built with CUDA {cuda_v}, cuDNN {built_cudnn}"
     want_targets = ctx.expected.get("compute_targets")
-    if want_targets and sorted(want_targets) != sorted(targets):
+    if want_targets and targets and sorted(want_targets) != sorted(targets):
         return result(
             WARN,
             "{}; compute targets {} differ from the spec's {}".format(

@@ -152,6 +152,13 @@ def child_setup(args: argparse.Namespace, expected: Expected) -> Ctx:
         for k, v in _read_header_defines(os.path.join(include, "cuda", "cuda_config.h")).items()
         if k.startswith("TF_") and k.endswith("_VERSION")
     }
+    # Since 2.22 build_info.py names no CUDA or cuDNN version; the shipped cuda_config.h does.
+    defines = {"cuda_version": "TF_CUDA_VERSION", "cudnn_version": "TF_CUDNN_VERSION"}
+    filled = [k for k, d in defines.items() if not build_info.get(k) and cuda_config.get(d)]
+    for key in filled:
+        build_info[key] = cuda_config[defines[key]]
+    if filled:
+        build_info["filled_from_cuda_config_h"] = filled
     cudnn_h = _read_header_defines(os.path.join(include, "cudnn", "include", "cudnn_version.h"))
     gpu_facts = []
     for i, g in enumerate(gpus):

@@ -76,8 +76,10 @@ def cudnn_version(value: int) -> str:
 
 
 def header_defines(text: str) -> Dict[str, str]:
-    """NAME -> value of a C header's `#define NAME value` lines (quotes stripped)."""
-    return dict(re.findall(r'#define\s+(\w+)\s+"?([^"\s]*)"?', text))
+    """NAME -> value of a C header's `#define NAME value` lines (quotes stripped; "" for a bare
+    `#define NAME`, whose line ends there: the next line's define is not its value)."""
+    found = re.findall(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]*(.*?)[ \t]*$", text, re.MULTILINE)
+    return {name: value.strip('"') for name, value in found}
 
 
 def cudnn_header_version(defines: Mapping[str, str]) -> Optional[str]:

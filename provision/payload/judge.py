@@ -18,6 +18,16 @@ def version_tuple(text: object) -> Tuple[int, ...]:
     return tuple(int(p) for p in m.group(0).split(".")) if m else ()
 
 
+def same_version(found: object, expected: object) -> bool:
+    """The same version however it is spelled: TensorFlow's own '2.22.0-rc0' is the package's
+    '2.22.0rc0' (PEP 440 allows a separator before a pre-, post- or dev-release segment)."""
+
+    def norm(text: object) -> str:
+        return re.sub(r"[-_.](?=[a-z])", "", str(text or "").strip().lower())
+
+    return bool(norm(found)) and norm(found) == norm(expected)
+
+
 def same_release(found: object, expected: object) -> bool:
     """Equal on the components both give: '12.5.1' matches '12.5', '9' matches '9.3'."""
     f, e = version_tuple(found), version_tuple(expected)
