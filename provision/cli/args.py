@@ -51,9 +51,14 @@ def nonblank(ctx: click.Context, param: click.Parameter, value: T) -> T:
     return value
 
 
+MAX_SECONDS = 30 * 24 * 3600  # a deadline past a month is a typo, and past 2**63 ns an overflow
+
+
 def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"takes a number of seconds, not {value}")
+    if value is not None and value > MAX_SECONDS:
+        raise click.BadParameter(f"takes at most {MAX_SECONDS} seconds (30 days), not {value:g}")
     return value
 
 

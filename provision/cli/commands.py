@@ -38,6 +38,17 @@ class Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # the order of the workflow, not the alphabet
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        from provision.cli.strict import repeated_option
+
+        name, command, rest = super().resolve_command(ctx, args)
+        twice = repeated_option(command, rest) if command is not None else None
+        if twice:
+            raise click.UsageError(twice, ctx)
+        return name, command, rest
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -165,7 +176,9 @@ def render_cmd(
     "--cache-dir", type=SafePath(path_type=Path, file_okay=False),
     help="Where conda-lock, the solver and uv cache (default: the user's cache).",
 )  # fmt: skip
+@click.pass_context
 def lock_cmd(
+    ctx: click.Context,
     name: str,
     out: Path | None,
     platforms: tuple[str, ...],
@@ -180,6 +193,7 @@ def lock_cmd(
     from provision.progress import Event
 
     found = _find(name, out)
+    _refuse_other_paths(ctx, found.env.path)
     shown = presenter()
     if not check:
         shown(Event("step", f"locking {name} ({found.env.path} path) ..."))
@@ -226,7 +240,9 @@ def bundle_install_options(f: F) -> F:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @bundle_install_options
 @click.argument("script_args", nargs=-1, metavar="[-- INSTALL.SH OPTIONS]")
+@click.pass_context
 def install_cmd(
+    ctx: click.Context,
     name: str | None,
     out: Path | None,
     prefix: Path | None,
@@ -253,9 +269,16 @@ def install_cmd(
                              bundle=bundle, require_gpu=require_gpu, no_verify=no_verify,
                              quiet=quiet)  # fmt: skip
         return
+    from provision.cli.strict import refuse_given
+
+    refuse_given(ctx, ["require_gpu"], "applies to --from-bundle only; after a build, check the "
+                 "GPU with: provision verify NAME --require-gpu")  # fmt: skip
+    refuse_given(ctx, ["no_verify", "quiet"], "applies to --from-bundle only (an install from a "
+                 "lock never verifies; provision -q silences progress)")  # fmt: skip
     if name is None:
         raise click.UsageError("give an environment NAME, or --from-bundle FILE")
     found = _find(name, out)
+    _refuse_other_paths(ctx, found.env.path)
     if prefix is None and found.record is not None and found.record.owned:
         prefix = Path(found.record.prefix)  # rebuild where it was built
     shown = presenter()
@@ -297,7 +320,9 @@ def install_cmd(
 @click.option("--channel", "channels", multiple=True, callback=nonblank,
               help="conda path: lock against this channel.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
+@click.pass_context
 def create_cmd(
+    ctx: click.Context,
     tf: str,
     path: str,
     python: str | None,
@@ -315,6 +340,7 @@ def create_cmd(
     """Render, lock, install and verify an environment; each step is skipped when already done."""
     from provision import create
 
+    _refuse_other_paths(ctx, path)
     shown = presenter()
     result = create.create(
         tf=tf, path=path, python=python, name=name, out=out, gpu_memory=gpu_memory, gpus=gpus,
@@ -331,6 +357,16 @@ def create_cmd(
     if not as_json:
         device = f" ({result.cpu_only})" if result.cpu_only else ""
         click.echo(f"{result.name}: ready{device} at {result.prefix} (python: {result.python})")
+
+
+def _refuse_other_paths(ctx: click.Context, path: str) -> None:
+    """--solver is the conda path's, --installer the pip and system paths': refused elsewhere."""
+    from provision.cli.strict import refuse_given
+
+    if path != "conda":
+        refuse_given(ctx, ["solver"], f"applies to the conda path only, not the {path} path")
+    else:
+        refuse_given(ctx, ["installer"], "applies to the pip and system paths, not the conda path")
 
 
 def _show_step(shown: Any, step: Any) -> None:

@@ -29,6 +29,8 @@ def _verified(rec: Record) -> str:
     last = rec.last_verify
     if last is None:
         return "never verified"
+    if not last.ok and last.cpu_ok:
+        return f"CPU ok, GPU required: FAIL {last.when}"
     return f"{'PASS' if last.ok else 'FAIL'} {last.when}"
 
 

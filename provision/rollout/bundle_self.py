@@ -37,6 +37,10 @@ def provision_wheels(
         files = sorted(wheelhouse.glob("*.whl"))
         if not any(f.name.startswith("provision-") for f in files):
             raise BundleError(f"{wheelhouse} holds no provision-*.whl")
+        for f in files:
+            why = selfwheel.wheel_problem(f)
+            if why:
+                raise BundleError(f"--provision-wheels: {f} {why}; give a folder of wheels")
         return [Item(f"provision/{f.name}", "provision", f, digests(f)[0]) for f in files]
     own = selfwheel.build(cache.folder("provision-build"))
     folder = cache.folder("wheels")
