@@ -131,7 +131,8 @@ def _run_step(
     report(Event("info", what))
     lines = InstallerLines(report)
     try:
-        done = _proc.stream(argv, lines, timeout=INSTALL_TIMEOUT, env=env, keep_fds=keep)
+        everything = {**tools.child_env(), **(env or {})}  # pip's network settings, the caches
+        done = _proc.stream(argv, lines, timeout=INSTALL_TIMEOUT, env=everything, keep_fds=keep)
         lines.close()
     except ToolMissing:
         raise
