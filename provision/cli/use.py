@@ -168,9 +168,8 @@ def list_cmd(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show_cmd(name: str, out: Path | None, as_json: bool) -> None:
     """One environment: what it is, where it is built, how to enter it, its last verify."""
-    from provision.cli import present
-
     from provision import caches
+    from provision.cli import present
 
     found = _find(name, out)
     size = caches.folder_size(Path(found.record.prefix)) if found.record else 0
