@@ -153,6 +153,10 @@ def build_pip(
         raise ToolMissing("uv is not available; install it or use --installer pip")
     venv_python = interpreter(prefix)
     lock = env.lock.absolute()
+    if links is None:  # from the index: its files must be the lock's, one hash each
+        from provision.install import hashcheck
+
+        hashcheck.check(lock)
     if uv:
         _run_step(
             "creating the venv",
