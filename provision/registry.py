@@ -52,6 +52,7 @@ def _check_home(path: Path) -> None:
     why = path_problem(str(path))
     if why:
         shown = str(path) if len(str(path)) <= 80 else str(path)[:80] + "..."
+        shown = repr(shown) if any(c in shown for c in "\n\r") else shown
         raise RegistryError(f"PROVISION_HOME {shown} {why}; set it to a folder")
     for parent in (path, *path.parents):
         if parent.exists():

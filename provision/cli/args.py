@@ -30,7 +30,9 @@ class SafePath(click.Path):
         return super().convert(value, param, ctx)
 
 
-_XY = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+_XY = re.compile(
+    r"(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})"
+)  # no leading zeros: 3.011 is no version
 T = TypeVar("T")
 
 

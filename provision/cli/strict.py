@@ -31,10 +31,9 @@ def _value_options(command: click.Command) -> tuple[dict[str, click.Option], set
 def repeated_option(command: click.Command, args: Sequence[str]) -> str | None:
     """The first single-valued option that `args` give twice, as the user spelled it; or None.
     Reading stops at `--` and, for a command that takes the rest of the line as it is (`run`),
-    at its first argument after the positional ones it declares."""
+    at its first argument, as Click's own parser does."""
     by_spelling, flags = _value_options(command)
     interspersed = command.allow_interspersed_args
-    positional = sum(1 for p in command.params if isinstance(p, click.Argument) and p.nargs == 1)
     seen: dict[str, str] = {}
     i = 0
     while i < len(args):
@@ -43,9 +42,8 @@ def repeated_option(command: click.Command, args: Sequence[str]) -> str | None:
         if word == "--":
             break
         if not word.startswith("-") or word == "-":
-            positional -= 1
-            if not interspersed and positional < 0:
-                break
+            if not interspersed:
+                break  # `run NAME CMD...`: Click reads no option after the first argument
             continue
         spelling, has_value = word.split("=", 1)[0], "=" in word
         if spelling not in by_spelling and not word.startswith("--") and len(word) > 2:

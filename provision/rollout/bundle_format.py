@@ -55,7 +55,8 @@ class BundleError(ProvisionError):
 
 
 def _version_xy(value: str) -> str | None:
-    return None if re.fullmatch(r"[0-9]{1,3}\.[0-9]{1,3}", value) else "is not a version X.Y"
+    ok = re.fullmatch(r"(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})", value)
+    return None if ok else "is not a version X.Y"
 
 
 def _version(value: str) -> str | None:
