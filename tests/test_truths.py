@@ -179,7 +179,7 @@ def test_verify_require_gpu_on_a_cpu_host_keeps_the_environment_cpu_ok(
             env_dir=str(out / "cpu"),
             prefix=str(python.parent.parent),
             interpreter=str(python),
-        )  # fmt: skip
+        )
     )
     code, text = run_cli("verify", "cpu", "--out", str(out), "--require-gpu")
     assert code == 1, text
