@@ -158,15 +158,19 @@ def pip_index_url(env: Mapping[str, str] | None = None) -> str | None:
     return pip_setting("index-url", env)
 
 
-def network_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+def network_env(
+    env: Mapping[str, str] | None = None, *, extra_index: bool = False
+) -> dict[str, str]:
     """pip's network settings, as uv and conda-lock read them: the one place they are passed on.
 
     A lab behind its own certificate authority or proxy has told pip (PIP_CERT or `cert` in
     pip.conf, `proxy`, `trusted-host`, `client-cert`, `extra-index-url`); uv reads none of pip's
     files, and conda-lock's downloads go through requests. So pip's certificate becomes
     SSL_CERT_FILE (uv, OpenSSL) and REQUESTS_CA_BUNDLE (requests), its proxy HTTPS_PROXY and
-    HTTP_PROXY, its trusted hosts UV_INSECURE_HOST, its client certificate SSL_CLIENT_CERT, its
-    extra indexes UV_EXTRA_INDEX_URL (index-url itself is given to uv as --index-url). pip's
+    HTTP_PROXY, its trusted hosts UV_INSECURE_HOST, its client certificate SSL_CLIENT_CERT, and
+    with `extra_index` (installs, not locks) its extra indexes UV_EXTRA_INDEX_URL: a build may take
+    the locked files from a mirror, but a lock must not depend on this machine's extra indexes
+    (index-url itself is given to uv as --index-url). pip's
     certificate wins over an SSL_CERT_FILE of the shell: it is the one that verifies the index;
     for the rest, what the user exported already stays as it is. The standard proxy variables of
     the shell reach every child as they are."""
@@ -185,20 +189,20 @@ def network_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     trusted = pip_setting("trusted-host", env)
     if trusted:
         defaults["UV_INSECURE_HOST"] = " ".join(trusted.split())
-    extra = pip_setting("extra-index-url", env)
+    extra = pip_setting("extra-index-url", env) if extra_index else None
     if extra:
         defaults["UV_EXTRA_INDEX_URL"] = " ".join(extra.split())
     out.update({k: v for k, v in defaults.items() if not env.get(k) and not env.get(k.lower())})
     return out
 
 
-def child_env(cache_dir: Path | None = None) -> dict[str, str]:
+def child_env(cache_dir: Path | None = None, *, extra_index: bool = False) -> dict[str, str]:
     """What every installer and resolver provision runs (uv, pip, conda-lock, the solver) gets
     on top of the environment: pip's network settings, and provision's caches (caches.py), or
     those under --cache-dir."""
     from provision import caches
 
-    env = {**caches.tool_env(), **network_env()}
+    env = {**caches.tool_env(), **network_env(extra_index=extra_index)}
     if cache_dir is not None:
         env["UV_CACHE_DIR"] = str(cache_dir.absolute() / "uv")
     return env

@@ -549,10 +549,65 @@ def write_interpreters(world: World) -> None:
         script.chmod(0o755)
 
 
+# -- a folder of provision's wheels that are no wheels ---------------------------------------------
+
+WHEELHOUSES = {
+    "text": "a text file, not a zip\n",
+    "empty": "",
+    "zip-without-metadata": "zip:",
+    "zip-of-something-else": "zip:provision/__init__.py",
+    "a-folder": "dir",
+    "a-device": "link:/dev/zero",
+    "a-dangling-link": "link:/nonexistent/provision.whl",
+    "bad-name": "name:provision-x.whl",
+    "truncated-zip": "truncated",
+}
+
+
+def wheelhouse_cases() -> list[Case]:
+    return [
+        Case(
+            f"wheelhouse-{label}",
+            (*BASE["bundle"], "--provision-wheels", f"@root@/wheelhouses/{label}"),
+            expect=("--provision-wheels", "provision-*.whl"),
+            prepare=f"wheelhouse:{label}",
+        )
+        for label in WHEELHOUSES
+    ]
+
+
+def write_wheelhouse(world: World, label: str) -> None:
+    import os
+    import zipfile
+
+    folder = world.root / "wheelhouses" / label
+    if folder.exists():
+        return
+    folder.mkdir(parents=True)
+    how = WHEELHOUSES[label]
+    name = "provision-0.1.0-py3-none-any.whl"
+    if how.startswith("name:"):
+        name, how = how.removeprefix("name:"), "text"
+    wheel = folder / name
+    if how == "dir":
+        wheel.mkdir()
+    elif how.startswith("link:"):
+        os.symlink(how.removeprefix("link:"), wheel)
+    elif how.startswith("zip:") or how == "truncated":
+        with zipfile.ZipFile(wheel, "w") as zf:
+            member = how.removeprefix("zip:") or "README"
+            zf.writestr(member if how != "truncated" else "a/METADATA", "x" * 1000)
+        if how == "truncated":
+            wheel.write_bytes(wheel.read_bytes()[:200])
+    else:
+        wheel.write_text(how)
+
+
 def cases() -> list[Case]:
     out = (
         repeated_cases() + version_cases() + timeout_cases() + line_break_cases() + home_cases()
         + not_applying_cases() + manifest_cases() + lock_cases() + interpreter_cases()
+        + wheelhouse_cases()
     )  # fmt: skip
     seen: set[str] = set()
     unique = []

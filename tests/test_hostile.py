@@ -37,6 +37,8 @@ def _prepare(case: Case, world: World) -> None:
         number = int(case.prepare.split(":")[1])
         field, value = hostile.BUNDLES[number]
         hostile.write_bundle(world.root / "bundles" / f"{number}.tar", field, value)
+    elif case.prepare.startswith("wheelhouse:"):
+        hostile.write_wheelhouse(world, case.prepare.split(":", 1)[1])
     elif case.prepare.startswith("edit:"):
         hostile.apply_edit(world, case.prepare.split(":", 1)[1])
 

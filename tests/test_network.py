@@ -163,12 +163,14 @@ def test_pip_settings_become_the_variables_uv_and_conda_lock_read(
         "[install]\nextra-index-url = https://mirror.lab/simple\n"
     )
     env = {"PIP_CONFIG_FILE": str(conf), "HOME": str(tmp_path)}
-    got = tools.network_env(env)
+    got = tools.network_env(env, extra_index=True)
     assert got["SSL_CERT_FILE"] == got["REQUESTS_CA_BUNDLE"] == "/lab/ca.pem"
     assert got["SSL_CLIENT_CERT"] == "/lab/me.pem"
     assert got["HTTPS_PROXY"] == got["HTTP_PROXY"] == "http://proxy.lab:3128"
     assert got["UV_INSECURE_HOST"] == "mirror.lab other.lab"
     assert got["UV_EXTRA_INDEX_URL"] == "https://mirror.lab/simple"
+    # A lock does not depend on this machine's extra indexes (installs may use them as mirrors).
+    assert "UV_EXTRA_INDEX_URL" not in tools.network_env(env)
     # What the user exported stays theirs (proxies, trusted hosts); PIP_CERT wins over pip.conf.
     env |= {"https_proxy": "http://mine:1", "PIP_CERT": "/mine.pem"}
     got = tools.network_env(env)

@@ -131,7 +131,8 @@ def _run_step(
     report(Event("info", what))
     lines = InstallerLines(report)
     try:
-        everything = {**tools.child_env(), **(env or {})}  # pip's network settings, the caches
+        # pip's network settings (its extra indexes too: the lock's hashes decide), the caches
+        everything = {**tools.child_env(extra_index=True), **(env or {})}
         done = _proc.stream(argv, lines, timeout=INSTALL_TIMEOUT, env=everything, keep_fds=keep)
         lines.close()
     except ToolMissing:
