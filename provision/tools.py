@@ -170,7 +170,8 @@ def network_env(
     HTTP_PROXY, its trusted hosts UV_INSECURE_HOST, its client certificate SSL_CLIENT_CERT, and
     with `extra_index` (installs, not locks) its extra indexes UV_EXTRA_INDEX_URL: a build may take
     the locked files from a mirror, but a lock must not depend on this machine's extra indexes
-    (index-url itself is given to uv as --index-url). pip's
+    (index-url itself is given to uv as --index-url), searched as pip searches them (uv's
+    unsafe-best-match: every index, the pinned version wherever it is). pip's
     certificate wins over an SSL_CERT_FILE of the shell: it is the one that verifies the index;
     for the rest, what the user exported already stays as it is. The standard proxy variables of
     the shell reach every child as they are."""
@@ -192,6 +193,10 @@ def network_env(
     extra = pip_setting("extra-index-url", env) if extra_index else None
     if extra:
         defaults["UV_EXTRA_INDEX_URL"] = " ".join(extra.split())
+        # pip looks in every index for the best match; uv by default stops at the first index
+        # that has the project at all (extra indexes first), where a pinned version may be
+        # missing. The lock's exact pins and hashes decide which files are acceptable.
+        defaults["UV_INDEX_STRATEGY"] = "unsafe-best-match"
     out.update({k: v for k, v in defaults.items() if not env.get(k) and not env.get(k.lower())})
     return out
 

@@ -169,6 +169,7 @@ def test_pip_settings_become_the_variables_uv_and_conda_lock_read(
     assert got["HTTPS_PROXY"] == got["HTTP_PROXY"] == "http://proxy.lab:3128"
     assert got["UV_INSECURE_HOST"] == "mirror.lab other.lab"
     assert got["UV_EXTRA_INDEX_URL"] == "https://mirror.lab/simple"
+    assert got["UV_INDEX_STRATEGY"] == "unsafe-best-match"  # every index, as pip looks
     # A lock does not depend on this machine's extra indexes (installs may use them as mirrors).
     assert "UV_EXTRA_INDEX_URL" not in tools.network_env(env)
     # What the user exported stays theirs (proxies, trusted hosts); PIP_CERT wins over pip.conf.
