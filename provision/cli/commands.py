@@ -17,11 +17,11 @@ from provision.cli.args import SafePath, finite, nonblank, version_xy
 from provision.cli.common import (
     PATH_CHOICES,
     VERBOSITY,
-    F,
     _find,
     _os_error,
     _progress,
     _stop_progress,
+    bundle_install_options,
     emit_json,
     find_option,
     gpu_options,
@@ -29,6 +29,7 @@ from provision.cli.common import (
     out_option,
     presenter,
 )
+from provision.cli.strict import refuse_given, refuse_other_paths, repeated_option
 from provision.errors import ProvisionError
 
 
@@ -41,8 +42,6 @@ class Group(click.Group):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
-        from provision.cli.strict import repeated_option
-
         name, command, rest = super().resolve_command(ctx, args)
         twice = repeated_option(command, rest) if command is not None else None
         if twice:
@@ -193,7 +192,7 @@ def lock_cmd(
     from provision.progress import Event
 
     found = _find(name, out)
-    _refuse_other_paths(ctx, found.env.path)
+    refuse_other_paths(ctx, found.env.path)
     shown = presenter()
     if not check:
         shown(Event("step", f"locking {name} ({found.env.path} path) ..."))
@@ -207,21 +206,6 @@ def lock_cmd(
         raise StaleError(result.summary)
     for line in result.lines:
         click.echo(line)
-
-
-def bundle_install_options(f: F) -> F:
-    """install --from-bundle: what only a bundle install takes."""
-    f = click.option("-q", "--quiet", is_flag=True, help="--from-bundle: no progress on stderr.")(f)
-    f = click.option("--no-verify", is_flag=True, help="--from-bundle: skip the smoke test.")(f)
-    f = click.option(
-        "--require-gpu", is_flag=True,
-        help="--from-bundle: a host without an NVIDIA driver, or a smoke test with no GPU, fails.",
-    )(f)  # fmt: skip
-    return click.option(
-        "--from-bundle", "bundle", type=SafePath(path_type=Path, dir_okay=False),
-        help="Build from an offline bundle (provision bundle), or its first part, with no network; "
-        "--out DIR: where its environment directory goes (default PROVISION_HOME/bundled).",
-    )(f)  # fmt: skip
 
 
 @cli.command("install", context_settings={"ignore_unknown_options": False})
@@ -269,8 +253,6 @@ def install_cmd(
                              bundle=bundle, require_gpu=require_gpu, no_verify=no_verify,
                              quiet=quiet)  # fmt: skip
         return
-    from provision.cli.strict import refuse_given
-
     refuse_given(ctx, ["require_gpu"], "applies to --from-bundle only; after a build, check the "
                  "GPU with: provision verify NAME --require-gpu")  # fmt: skip
     refuse_given(ctx, ["no_verify", "quiet"], "applies to --from-bundle only (an install from a "
@@ -278,7 +260,7 @@ def install_cmd(
     if name is None:
         raise click.UsageError("give an environment NAME, or --from-bundle FILE")
     found = _find(name, out)
-    _refuse_other_paths(ctx, found.env.path)
+    refuse_other_paths(ctx, found.env.path)
     if prefix is None and found.record is not None and found.record.owned:
         prefix = Path(found.record.prefix)  # rebuild where it was built
     shown = presenter()
@@ -340,7 +322,7 @@ def create_cmd(
     """Render, lock, install and verify an environment; each step is skipped when already done."""
     from provision import create
 
-    _refuse_other_paths(ctx, path)
+    refuse_other_paths(ctx, path)
     shown = presenter()
     result = create.create(
         tf=tf, path=path, python=python, name=name, out=out, gpu_memory=gpu_memory, gpus=gpus,
@@ -357,16 +339,6 @@ def create_cmd(
     if not as_json:
         device = f" ({result.cpu_only})" if result.cpu_only else ""
         click.echo(f"{result.name}: ready{device} at {result.prefix} (python: {result.python})")
-
-
-def _refuse_other_paths(ctx: click.Context, path: str) -> None:
-    """--solver is the conda path's, --installer the pip and system paths': refused elsewhere."""
-    from provision.cli.strict import refuse_given
-
-    if path != "conda":
-        refuse_given(ctx, ["solver"], f"applies to the conda path only, not the {path} path")
-    else:
-        refuse_given(ctx, ["installer"], "applies to the pip and system paths, not the conda path")
 
 
 def _show_step(shown: Any, step: Any) -> None:

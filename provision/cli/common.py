@@ -105,3 +105,18 @@ def gpu_options(f: F) -> F:
 def _progress(quiet: bool) -> Callable[[str], None]:
     silent = quiet or click.get_current_context().meta.get(VERBOSITY, 1) == 0  # the group's -q
     return (lambda line: None) if silent else (lambda line: click.echo(line, err=True))
+
+
+def bundle_install_options(f: F) -> F:
+    """install --from-bundle: what only a bundle install takes."""
+    f = click.option("-q", "--quiet", is_flag=True, help="--from-bundle: no progress on stderr.")(f)
+    f = click.option("--no-verify", is_flag=True, help="--from-bundle: skip the smoke test.")(f)
+    f = click.option(
+        "--require-gpu", is_flag=True,
+        help="--from-bundle: a host without an NVIDIA driver, or a smoke test with no GPU, fails.",
+    )(f)  # fmt: skip
+    return click.option(
+        "--from-bundle", "bundle", type=SafePath(path_type=Path, dir_okay=False),
+        help="Build from an offline bundle (provision bundle), or its first part, with no network; "
+        "--out DIR: where its environment directory goes (default PROVISION_HOME/bundled).",
+    )(f)  # fmt: skip

@@ -77,3 +77,11 @@ def refuse_given(ctx: click.Context, names: Sequence[str], why: str) -> None:
             param = next(p for p in ctx.command.params if p.name == name)
             spelled = param.opts[0] if isinstance(param, click.Option) else name
             raise click.UsageError(f"{spelled} {why}", ctx)
+
+
+def refuse_other_paths(ctx: click.Context, path: str) -> None:
+    """--solver is the conda path's, --installer the pip and system paths': refused elsewhere."""
+    if path != "conda":
+        refuse_given(ctx, ["solver"], f"applies to the conda path only, not the {path} path")
+    else:
+        refuse_given(ctx, ["installer"], "applies to the pip and system paths, not the conda path")
