@@ -115,6 +115,7 @@ def run(
             cwd=cwd,
             timeout=timeout,
             text=True,
+            errors="replace",  # a program's bytes that are not UTF-8 are shown, never fatal
             input=input,
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture else None,

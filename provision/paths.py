@@ -30,6 +30,8 @@ def path_problem(path: str) -> str | None:
         return "is empty"
     if "\0" in path:
         return "holds a NUL character"
+    if "\n" in path or "\r" in path:
+        return "holds a line break (scripts, records and activation hooks would split it)"
     name_max, path_max = _limits(path)
     longest = max((len(os.fsencode(p)) for p in Path(path).parts), default=0)
     if longest > name_max:

@@ -29,7 +29,13 @@ def home() -> Path:
     """The directory provision owns for built environments (PROVISION_HOME relocates it)."""
     explicit = os.environ.get("PROVISION_HOME")
     if explicit:
-        path = Path(explicit).expanduser().absolute()
+        try:
+            path = Path(explicit).expanduser().absolute()
+        except RuntimeError:  # ~user of a user this machine does not have
+            raise RegistryError(
+                f"PROVISION_HOME {explicit[:80]}: {explicit.split('/', 1)[0]} names no user of "
+                "this machine; set it to a folder"
+            ) from None
         _check_home(path)
         return path
     import platformdirs
@@ -46,6 +52,7 @@ def _check_home(path: Path) -> None:
     why = path_problem(str(path))
     if why:
         shown = str(path) if len(str(path)) <= 80 else str(path)[:80] + "..."
+        shown = repr(shown) if any(c in shown for c in "\n\r") else shown
         raise RegistryError(f"PROVISION_HOME {shown} {why}; set it to a folder")
     for parent in (path, *path.parents):
         if parent.exists():
@@ -54,7 +61,23 @@ def _check_home(path: Path) -> None:
                     f"PROVISION_HOME {path}: {parent} is a file, not a folder; set "
                     "PROVISION_HOME to a folder"
                 )
-            return
+            break
+    inside = _inside_an_environment(path)
+    if inside:
+        raise RegistryError(
+            f"PROVISION_HOME {path} is inside {inside}; set it to a folder of its own"
+        )
+
+
+def _inside_an_environment(path: Path) -> str | None:
+    """An environment directory (its provision.json) or a prefix provision built (its install
+    marker) above or at `path`: a home there would be deleted or rendered over with it."""
+    for parent in (path, *path.parents):
+        if (parent / "provision.json").is_file():
+            return f"the environment directory {parent}"
+        if (parent / ".provision-install.json").is_file():
+            return f"the environment prefix {parent}"
+    return None
 
 
 def usable_home() -> Path:
@@ -72,6 +95,8 @@ class LastVerify:
     gpus: int  # GPUs the smoke test saw; 0 means the environment ran on the CPU only
     summary: str  # one line: "PASS" or the failed checks, and why no GPU was used
     at: float  # seconds since the epoch
+    # --require-gpu failed on a host with no GPU, and nothing else did: it works on the CPU
+    cpu_ok: bool = False
 
     @property
     def when(self) -> str:
@@ -127,10 +152,16 @@ def get(name: str) -> Record | None:
 def records() -> Iterator[tuple[str, Record | str]]:
     """(name, record) for every registered environment, or (name, why it cannot be read)."""
     folder = _folder()
+    for place in (folder.parent, folder):
+        if place.is_dir() and not os.access(place, os.R_OK | os.X_OK):
+            raise RegistryError(
+                f"PROVISION_HOME {folder.parent}: {place} cannot be read (its permissions); "
+                "fix them, or set PROVISION_HOME to a folder you can read"
+            )
     try:
         files = sorted(folder.glob("*.json"))
-    except OSError:
-        return
+    except OSError as exc:
+        raise RegistryError(f"cannot read {folder}: {exc.strerror}") from exc
     for f in files:
         try:
             rec = get(f.stem)

@@ -132,11 +132,13 @@ def _config_files(env: Mapping[str, str]) -> list[Path]:
     return files
 
 
-def pip_index_url(env: Mapping[str, str] | None = None) -> str | None:
-    """The index-url pip would use for `pip install` here, or None for pip's built-in default."""
+def pip_setting(key: str, env: Mapping[str, str] | None = None) -> str | None:
+    """A setting of pip's as `pip install` would take it here: PIP_<KEY>, else the last of pip's
+    configuration files that names it (sections global and install); None when none does."""
     env = os.environ if env is None else env
-    if env.get("PIP_INDEX_URL"):
-        return env["PIP_INDEX_URL"]
+    variable = "PIP_" + key.upper().replace("-", "_")
+    if env.get(variable):
+        return env[variable]
     found: str | None = None
     for path in _config_files(env):
         parser = configparser.RawConfigParser()
@@ -145,10 +147,70 @@ def pip_index_url(env: Mapping[str, str] | None = None) -> str | None:
         except (configparser.Error, OSError, UnicodeDecodeError):
             continue
         for section in ("global", "install"):
-            for key in ("index-url", "index_url"):
-                if parser.has_option(section, key):
-                    found = parser.get(section, key).strip()
+            for spelled in (key, key.replace("-", "_")):
+                if parser.has_option(section, spelled):
+                    found = parser.get(section, spelled).strip()
     return found or None
+
+
+def pip_index_url(env: Mapping[str, str] | None = None) -> str | None:
+    """The index-url pip would use for `pip install` here, or None for pip's built-in default."""
+    return pip_setting("index-url", env)
+
+
+def network_env(
+    env: Mapping[str, str] | None = None, *, extra_index: bool = False
+) -> dict[str, str]:
+    """pip's network settings, as uv and conda-lock read them: the one place they are passed on.
+
+    A lab behind its own certificate authority or proxy has told pip (PIP_CERT or `cert` in
+    pip.conf, `proxy`, `trusted-host`, `client-cert`, `extra-index-url`); uv reads none of pip's
+    files, and conda-lock's downloads go through requests. So pip's certificate becomes
+    SSL_CERT_FILE (uv, OpenSSL) and REQUESTS_CA_BUNDLE (requests), its proxy HTTPS_PROXY and
+    HTTP_PROXY, its trusted hosts UV_INSECURE_HOST, its client certificate SSL_CLIENT_CERT, and
+    with `extra_index` (installs, not locks) its extra indexes UV_EXTRA_INDEX_URL: a build may take
+    the locked files from a mirror, but a lock must not depend on this machine's extra indexes
+    (index-url itself is given to uv as --index-url), searched as pip searches them (uv's
+    unsafe-best-match: every index, the pinned version wherever it is). pip's
+    certificate wins over an SSL_CERT_FILE of the shell: it is the one that verifies the index;
+    for the rest, what the user exported already stays as it is. The standard proxy variables of
+    the shell reach every child as they are."""
+    env = os.environ if env is None else env
+    out: dict[str, str] = {}
+    cert = pip_setting("cert", env)
+    if cert:
+        out["SSL_CERT_FILE"] = out["REQUESTS_CA_BUNDLE"] = str(Path(cert).expanduser())
+    client = pip_setting("client-cert", env)
+    if client:
+        out["SSL_CLIENT_CERT"] = str(Path(client).expanduser())
+    defaults: dict[str, str] = {}
+    proxy = pip_setting("proxy", env)
+    if proxy:
+        defaults["HTTPS_PROXY"] = defaults["HTTP_PROXY"] = proxy
+    trusted = pip_setting("trusted-host", env)
+    if trusted:
+        defaults["UV_INSECURE_HOST"] = " ".join(trusted.split())
+    extra = pip_setting("extra-index-url", env) if extra_index else None
+    if extra:
+        defaults["UV_EXTRA_INDEX_URL"] = " ".join(extra.split())
+        # pip looks in every index for the best match; uv by default stops at the first index
+        # that has the project at all (extra indexes first), where a pinned version may be
+        # missing. The lock's exact pins and hashes decide which files are acceptable.
+        defaults["UV_INDEX_STRATEGY"] = "unsafe-best-match"
+    out.update({k: v for k, v in defaults.items() if not env.get(k) and not env.get(k.lower())})
+    return out
+
+
+def child_env(cache_dir: Path | None = None, *, extra_index: bool = False) -> dict[str, str]:
+    """What every installer and resolver provision runs (uv, pip, conda-lock, the solver) gets
+    on top of the environment: pip's network settings, and provision's caches (caches.py), or
+    those under --cache-dir."""
+    from provision import caches
+
+    env = {**caches.tool_env(), **network_env(extra_index=extra_index)}
+    if cache_dir is not None:
+        env["UV_CACHE_DIR"] = str(cache_dir.absolute() / "uv")
+    return env
 
 
 # -- conda-compatible solvers ------------------------------------------------------------------

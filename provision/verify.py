@@ -59,6 +59,10 @@ class Outcome:
         return {"name": self.name, "status": self.status, "ok": self.ok, "reason": self.reason}
 
 
+# What --require-gpu turns from "skipped on a CPU host" into a failure.
+GPU_ONLY = frozenset({"gpu_required", "gpus", "cuda_libraries", "cudart", "cudnn"})
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     name: str | None
@@ -77,6 +81,16 @@ class VerifyResult:
     @property
     def failures(self) -> list[Outcome]:
         return [o for o in self.checks + self.findings if not o.ok]
+
+    @property
+    def works_on_the_cpu(self) -> bool:
+        """On a host with no GPU at all: every failure is one --require-gpu made (no GPU, and the
+        CUDA libraries a GPU would load), so the environment itself runs on the CPU."""
+        env = _dict(self.report.get("environment"))
+        driver = _dict(env.get("driver"))
+        if _list(env.get("gpus")) or driver.get("host_gpus"):
+            return False
+        return all(o.name in GPU_ONLY for o in self.failures)
 
     @property
     def cpu_only(self) -> str:
@@ -356,11 +370,15 @@ def verify(
         record = registry.get(env.name)
         if record is not None and Path(record.interpreter) == exe.absolute():
             gpus = len(_list(_dict(result.report.get("environment")).get("gpus")))
-            summary = "PASS" if result.ok else "FAIL: " + ", ".join(o.name for o in result.failures)
+            failed = ", ".join(o.name for o in result.failures)
+            cpu_ok = require_gpu and not result.ok and result.works_on_the_cpu
+            summary = "PASS" if result.ok else f"FAIL: {failed}"
+            if cpu_ok:
+                summary = f"CPU ok; --require-gpu FAIL: {failed}"
             if result.cpu_only:
                 summary += f" ({result.cpu_only})"
             registry.set_verify(
-                env.name, registry.LastVerify(result.ok, gpus, summary, time.time())
+                env.name, registry.LastVerify(result.ok, gpus, summary, time.time(), cpu_ok)
             )
             if result.ok:  # the facts `provision check` compares with later
                 from provision.drift import store
@@ -385,7 +403,7 @@ def cpu_only_reason(report: Mapping[str, object]) -> str:
     error = str(driver.get("error") or "")
     if "libcuda" in error:
         why = "no NVIDIA driver"
-    elif "no CUDA device" in error:
+    elif "CUDA_ERROR_NO_DEVICE" in error or "no CUDA device" in error:
         why = "the driver sees no GPU"
     elif error:
         why = error

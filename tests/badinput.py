@@ -309,6 +309,7 @@ def _special_cases() -> list[Case]:
             "export-into-read-only", ("export", "tiny", "@rodir@/x", "--out", "@envs@"), ACTIONABLE
         ),
         Case("unknown-command", ("frobnicate",)),
+        Case("cache-unknown-subcommand", ("cache", "frobnicate")),
         Case("unknown-option", ("render", "--frobnicate")),
     ]
 

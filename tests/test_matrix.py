@@ -22,7 +22,7 @@ from packaging.version import Version
 from tools import wheel_facts
 
 from provision import matrix as matrix_mod
-from provision.errors import MatrixError, UnknownRelease
+from provision.errors import MatrixError, UnknownRelease, UsageError
 from provision.matrix import Matrix, parse
 from provision.matrix.spec import refusal
 
@@ -230,7 +230,9 @@ def test_compute_min_is_the_lowest_target(matrix: Matrix) -> None:
 
 def test_release_lookup_accepts_patch_versions_and_names_close_rows(matrix: Matrix) -> None:
     assert matrix.release("2.13.1").tf == "2.13"
-    assert matrix.release("v2.21").tf == "2.21"
+    for typed in ("v2.21", "02.021", "2.021", " 2.21", "2." + "1" * 5000):
+        with pytest.raises(UsageError, match="is not a release number"):
+            matrix.release(typed)
     with pytest.raises(UnknownRelease, match=r"TensorFlow 2\.3 is not in the matrix"):
         matrix.release("2.3")
 

@@ -96,7 +96,7 @@ def _handler(index: Index) -> type[http.server.BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             if self.path.rstrip("/") == f"/simple/{TINY}":
-                wheels = sorted(index.root.glob("*.whl"))
+                wheels = sorted([*index.root.glob("*.whl"), *index.root.glob("*.tar.gz")])
                 sums = [hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels]
                 links = "".join(
                     f'<a href="/files/{w.name}#sha256={sha}">{w.name}</a>\n'

@@ -30,7 +30,9 @@ class SafePath(click.Path):
         return super().convert(value, param, ctx)
 
 
-_XY = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}")
+_XY = re.compile(
+    r"(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})"
+)  # no leading zeros: 3.011 is no version
 T = TypeVar("T")
 
 
@@ -51,9 +53,14 @@ def nonblank(ctx: click.Context, param: click.Parameter, value: T) -> T:
     return value
 
 
+MAX_SECONDS = 30 * 24 * 3600  # a deadline past a month is a typo, and past 2**63 ns an overflow
+
+
 def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise click.BadParameter(f"takes a number of seconds, not {value}")
+    if value is not None and value > MAX_SECONDS:
+        raise click.BadParameter(f"takes at most {MAX_SECONDS} seconds (30 days), not {value:g}")
     return value
 
 

@@ -17,11 +17,11 @@ from provision.cli.args import SafePath, finite, nonblank, version_xy
 from provision.cli.common import (
     PATH_CHOICES,
     VERBOSITY,
-    F,
     _find,
     _os_error,
     _progress,
     _stop_progress,
+    bundle_install_options,
     emit_json,
     find_option,
     gpu_options,
@@ -30,6 +30,7 @@ from provision.cli.common import (
     pre_option,
     presenter,
 )
+from provision.cli.strict import refuse_given, refuse_other_paths, repeated_option
 from provision.errors import ProvisionError
 
 
@@ -38,6 +39,15 @@ class Group(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # the order of the workflow, not the alphabet
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        twice = repeated_option(command, rest) if command is not None else None
+        if twice:
+            raise click.UsageError(twice, ctx)
+        return name, command, rest
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -164,7 +174,9 @@ def render_cmd(
     "--cache-dir", type=SafePath(path_type=Path, file_okay=False),
     help="Where conda-lock, the solver and uv cache (default: the user's cache).",
 )  # fmt: skip
+@click.pass_context
 def lock_cmd(
+    ctx: click.Context,
     name: str,
     out: Path | None,
     platforms: tuple[str, ...],
@@ -179,6 +191,7 @@ def lock_cmd(
     from provision.progress import Event
 
     found = _find(name, out)
+    refuse_other_paths(ctx, found.env.path)
     shown = presenter()
     if not check:
         shown(Event("step", f"locking {name} ({found.env.path} path) ..."))
@@ -192,21 +205,6 @@ def lock_cmd(
         raise StaleError(result.summary)
     for line in result.lines:
         click.echo(line)
-
-
-def bundle_install_options(f: F) -> F:
-    """install --from-bundle: what only a bundle install takes."""
-    f = click.option("-q", "--quiet", is_flag=True, help="--from-bundle: no progress on stderr.")(f)
-    f = click.option("--no-verify", is_flag=True, help="--from-bundle: skip the smoke test.")(f)
-    f = click.option(
-        "--require-gpu", is_flag=True,
-        help="--from-bundle: a host without an NVIDIA driver, or a smoke test with no GPU, fails.",
-    )(f)  # fmt: skip
-    return click.option(
-        "--from-bundle", "bundle", type=SafePath(path_type=Path, dir_okay=False),
-        help="Build from an offline bundle (provision bundle), or its first part, with no network; "
-        "--out DIR: where its environment directory goes (default PROVISION_HOME/bundled).",
-    )(f)  # fmt: skip
 
 
 @cli.command("install", context_settings={"ignore_unknown_options": False})
@@ -225,7 +223,9 @@ def bundle_install_options(f: F) -> F:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @bundle_install_options
 @click.argument("script_args", nargs=-1, metavar="[-- INSTALL.SH OPTIONS]")
+@click.pass_context
 def install_cmd(
+    ctx: click.Context,
     name: str | None,
     out: Path | None,
     prefix: Path | None,
@@ -252,9 +252,14 @@ def install_cmd(
                              bundle=bundle, require_gpu=require_gpu, no_verify=no_verify,
                              quiet=quiet)  # fmt: skip
         return
+    refuse_given(ctx, ["require_gpu"], "applies to --from-bundle only; after a build, check the "
+                 "GPU with: provision verify NAME --require-gpu")  # fmt: skip
+    refuse_given(ctx, ["no_verify", "quiet"], "applies to --from-bundle only (an install from a "
+                 "lock never verifies; provision -q silences progress)")  # fmt: skip
     if name is None:
         raise click.UsageError("give an environment NAME, or --from-bundle FILE")
     found = _find(name, out)
+    refuse_other_paths(ctx, found.env.path)
     if prefix is None and found.record is not None and found.record.owned:
         prefix = Path(found.record.prefix)  # rebuild where it was built
     shown = presenter()
@@ -297,7 +302,9 @@ def install_cmd(
               help="conda path: lock against this channel.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
 @pre_option
+@click.pass_context
 def create_cmd(
+    ctx: click.Context,
     tf: str | None,
     path: str | None,
     python: str | None,
@@ -318,7 +325,7 @@ def create_cmd(
     from provision.cli.auto import pick
 
     tf, path = pick(tf, path, pre)
-
+    refuse_other_paths(ctx, path)
     shown = presenter()
     result = create.create(
         tf=tf, path=path, python=python, name=name, out=out, gpu_memory=gpu_memory, gpus=gpus,
@@ -466,11 +473,12 @@ def _register_use_commands() -> None:
     """bench, list, show, remove, run, kernel, export, fleet, bundle: after the workflow's own."""
     from provision.cli import matrix_update
     from provision.cli import use as cli_use
+    from provision.cli.cachecmd import cache_cmd
 
     for command in (
         cli_use.bench_cmd, cli_use.list_cmd, cli_use.show_cmd, cli_use.remove_cmd,
         cli_use.run_cmd, cli_use.kernel_cmd, cli_use.export_cmd, cli_use.fleet_cmd,
-        cli_use.bundle_cmd,
+        cli_use.bundle_cmd, cache_cmd,
     ):  # fmt: skip
         cli.add_command(command)
     from provision.cli.check import check_cmd

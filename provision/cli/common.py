@@ -110,3 +110,18 @@ def _progress(quiet: bool) -> Callable[[str], None]:
 pre_option = click.option(
     "--pre", is_flag=True, help="Allow a release the matrix holds only as a pre-release."
 )
+
+
+def bundle_install_options(f: F) -> F:
+    """install --from-bundle: what only a bundle install takes."""
+    f = click.option("-q", "--quiet", is_flag=True, help="--from-bundle: no progress on stderr.")(f)
+    f = click.option("--no-verify", is_flag=True, help="--from-bundle: skip the smoke test.")(f)
+    f = click.option(
+        "--require-gpu", is_flag=True,
+        help="--from-bundle: a host without an NVIDIA driver, or a smoke test with no GPU, fails.",
+    )(f)  # fmt: skip
+    return click.option(
+        "--from-bundle", "bundle", type=SafePath(path_type=Path, dir_okay=False),
+        help="Build from an offline bundle (provision bundle), or its first part, with no network; "
+        "--out DIR: where its environment directory goes (default PROVISION_HOME/bundled).",
+    )(f)  # fmt: skip

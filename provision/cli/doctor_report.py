@@ -189,7 +189,7 @@ def _generalise(v: Verdict, tf: str, pin: str) -> Verdict:
 
 
 def _kv(key: str, value: str) -> str:
-    return f"  {key:<16}{value}"
+    return f"  {key:<15} {value}"  # one space at least: `built tf2.13-pip` is 16 characters
 
 
 def _shared_cannot(vs: Iterable[Verdict]) -> tuple[str, ...] | None:

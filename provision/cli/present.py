@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from provision import environment
 from provision.built import Listed
+from provision.caches import Cache, human
 from provision.cli.columns import columns
 from provision.payload import report as smoke_report
 from provision.registry import Record
@@ -29,26 +30,45 @@ def _verified(rec: Record) -> str:
     last = rec.last_verify
     if last is None:
         return "never verified"
+    if not last.ok and last.cpu_ok:
+        return f"CPU ok, GPU required: FAIL {last.when}"
     return f"{'PASS' if last.ok else 'FAIL'} {last.when}"
 
 
-def listing(items: Sequence[Listed]) -> str:
+def caches_line(found: Sequence[Cache]) -> str:
+    """One line: what provision's caches hold, where, and how to free it."""
+    ours = [c for c in found if c.owned]
+    theirs = [c for c in found if not c.owned and c.size]
+    where = str(ours[0].path.parent) if ours else "?"
+    line = f"caches: {human(sum(c.size for c in ours))} in {where} (provision cache prune frees it)"
+    if theirs:
+        line += "; yours: " + ", ".join(f"{c.name} {human(c.size)} in {c.path}" for c in theirs)
+    return line
+
+
+def listing(items: Sequence[Listed], sizes: Mapping[str, int], found: Sequence[Cache]) -> str:
     if not items:
-        return "no environments built yet (provision create --tf X.Y builds one)"
+        return "no environments built yet (provision create --tf X.Y builds one)\n" + caches_line(
+            found
+        )
     rows = []
     for item in items:
         rec = item.record
         if rec is None:
-            rows.append([item.name, "?", "?", "?", "?", f"unreadable: {item.problem}"])
+            rows.append([item.name, "?", "?", "?", "?", "?", f"unreadable: {item.problem}"])
             continue
         state = "" if item.state == "built" else f" ({item.state})"
-        rows.append([item.name, rec.tf, rec.path, rec.prefix + state, _device(rec), _verified(rec)])
-    return grid(("name", "TensorFlow", "path", "prefix", "device", "last verify"), rows)
+        size = human(sizes[item.name]) if item.name in sizes else "?"
+        rows.append(
+            [item.name, rec.tf, rec.path, rec.prefix + state, size, _device(rec), _verified(rec)]
+        )
+    table = grid(("name", "TensorFlow", "path", "prefix", "size", "device", "last verify"), rows)
+    return table + "\n" + caches_line(found)
 
 
-def listing_json(items: Sequence[Listed]) -> list[dict[str, object]]:
+def listing_json(items: Sequence[Listed], sizes: Mapping[str, int]) -> list[dict[str, object]]:
     return [
-        {"name": i.name, "state": i.state, "problem": i.problem or None}
+        {"name": i.name, "state": i.state, "problem": i.problem or None, "size": sizes.get(i.name)}
         | (i.record.to_json() if i.record else {})
         for i in items
     ]
@@ -58,7 +78,7 @@ def _row(label: str, value: str) -> str:
     return f"  {label:<12} {value}"
 
 
-def show(env: environment.EnvDir, rec: Record | None) -> str:
+def show(env: environment.EnvDir, rec: Record | None, size: int = 0, cache_bytes: int = 0) -> str:
     s = env.spec
     lines = [
         f"{env.name}: TensorFlow {s.release.pin}, {s.path} path, Python {s.python}",
@@ -93,6 +113,7 @@ def show(env: environment.EnvDir, rec: Record | None) -> str:
         _row("prefix", rec.prefix + ("" if exists else " (missing)")),
         _row("python", rec.interpreter),
         _row("installer", rec.installer),
+        _row("size", f"{human(size)} (caches: {human(cache_bytes)}, provision cache info)"),
         _row("verify", verified),
         _row("activate", enter),
         _row("run", f"provision run {env.name} -- python train.py"),

@@ -163,14 +163,17 @@ def bench_cmd(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def list_cmd(as_json: bool) -> None:
     """The environments built on this machine: release, path, prefix, GPU or CPU, last verify."""
-    from provision import built
+    from provision import built, caches
     from provision.cli import present
 
     items = built.listing()
+    sizes = {
+        i.name: caches.folder_size(Path(i.record.prefix)) for i in items if i.record is not None
+    }
     if as_json:
-        emit_json(present.listing_json(items))
+        emit_json(present.listing_json(items, sizes))
     else:
-        click.echo(present.listing(items))
+        click.echo(present.listing(items, sizes, caches.info()))
 
 
 @click.command("show")
@@ -179,9 +182,12 @@ def list_cmd(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show_cmd(name: str, out: Path | None, as_json: bool) -> None:
     """One environment: what it is, where it is built, how to enter it, its last verify."""
+    from provision import caches
     from provision.cli import present
 
     found = _find(name, out)
+    size = caches.folder_size(Path(found.record.prefix)) if found.record else 0
+    cache_bytes = caches.total()
     if as_json:
         emit_json(
             {
@@ -190,10 +196,12 @@ def show_cmd(name: str, out: Path | None, as_json: bool) -> None:
                 "request": found.env.request.to_json(),
                 "edited": found.env.edited(),
                 "built": found.record.to_json() if found.record else None,
+                "size": size if found.record else None,
+                "caches": cache_bytes,
             }
         )
     else:
-        click.echo(present.show(found.env, found.record))
+        click.echo(present.show(found.env, found.record, size, cache_bytes))
 
 
 @click.command("remove")

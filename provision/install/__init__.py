@@ -228,22 +228,22 @@ def _register(env: EnvDir, result: InstallResult, *, owned: bool) -> None:
         and old.lock_sha256 == result.lock_sha256
         and result.skipped
     )
-    registry.put(
-        registry.Record(
-            name=env.name,
-            env_dir=str(env.root.absolute()),
-            path=env.path,
-            tf=env.spec.release.pin,
-            python=env.python,
-            prefix=str(result.prefix),
-            interpreter=str(result.python),
-            installer=result.installer,
-            lock_sha256=result.lock_sha256,
-            built_at=old.built_at if same_build and old is not None else time.time(),
-            owned=owned,
-            last_verify=old.last_verify if same_build and old is not None else None,
-        )
+    record = registry.Record(
+        name=env.name,
+        env_dir=str(env.root.absolute()),
+        path=env.path,
+        tf=env.spec.release.pin,
+        python=env.python,
+        prefix=str(result.prefix),
+        interpreter=str(result.python),
+        installer=result.installer,
+        lock_sha256=result.lock_sha256,
+        built_at=old.built_at if same_build and old is not None else time.time(),
+        owned=owned,
+        last_verify=old.last_verify if same_build and old is not None else None,
     )
+    if record != old:  # a build that did nothing leaves its record as it was, byte for byte
+        registry.put(record)
     from provision.drift import store
 
     if not same_build or not store.path_of(env.name).exists():

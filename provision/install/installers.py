@@ -131,7 +131,9 @@ def _run_step(
     report(Event("info", what))
     lines = InstallerLines(report)
     try:
-        done = _proc.stream(argv, lines, timeout=INSTALL_TIMEOUT, env=env, keep_fds=keep)
+        # pip's network settings (its extra indexes too: the lock's hashes decide), the caches
+        everything = {**tools.child_env(extra_index=True), **(env or {})}
+        done = _proc.stream(argv, lines, timeout=INSTALL_TIMEOUT, env=everything, keep_fds=keep)
         lines.close()
     except ToolMissing:
         raise
@@ -152,6 +154,10 @@ def build_pip(
         raise ToolMissing("uv is not available; install it or use --installer pip")
     venv_python = interpreter(prefix)
     lock = env.lock.absolute()
+    if links is None:  # from the index: its files must be the lock's, one hash each
+        from provision.install import hashcheck
+
+        hashcheck.check(lock)
     if uv:
         _run_step(
             "creating the venv",

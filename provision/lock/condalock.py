@@ -43,6 +43,7 @@ def lock(
         # conda-lock's own temporary folders go into ours, which goes even when it cannot.
         (tmp / "tmp").mkdir()
         env = {
+            **tools.child_env(cache_dir),
             "CONDA_LOCK_SUBPROCESS_STDERR_DEFAULT_LOG_LEVEL": "DEBUG",
             "TMPDIR": str(tmp / "tmp"),
         }

@@ -17,6 +17,7 @@ from provision.lock.lockfile import (
     FORMAT,
     LockInputs,
     digest,
+    header,
     read_lock,
     sha256,
     what_changed,
@@ -73,11 +74,32 @@ def verify(target: Target, data: LockInputs, rel: str, regen: str) -> int:
         )
     if found.inputs_digest != digest(data) or found.inputs != data:
         raise StaleError(f"{rel} is stale ({what_changed(found.inputs, data)}); run: {regen}")
+    _check_header(target, data, rel, regen, text[: len(text) - len(found.body)], found.body_digest)
     wrong = _closure(target, parsed, str(data["platforms"][0]))
     if wrong:
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
         raise LockInvalid(f"{rel} is not complete and closed: {wrong[0]}{more}; run: {regen}")
     return len(parsed)
+
+
+def _check_header(
+    target: Target, data: LockInputs, rel: str, regen: str, head: str, body_digest: str
+) -> None:
+    """The header must be the one provision writes for these inputs, line for line: users read
+    its `regenerate with:` and `Install with:` lines as commands to type, and no digest covers
+    them. A line that differs is not shown (it may be a command no one should run)."""
+    want = header(target, data, regen, body_digest).splitlines()
+    have = head.splitlines()
+    for number, (line, wanted) in enumerate(zip(have, want, strict=False), 1):
+        if line != wanted:
+            raise LockInvalid(
+                f"{rel}: line {number} of its header is not what provision writes (an edited "
+                f"header may show a command provision never wrote); run: {regen}"
+            )
+    if len(have) != len(want):
+        raise LockInvalid(
+            f"{rel}: its header has {len(have)} lines, provision writes {len(want)}; run: {regen}"
+        )
 
 
 def _parse_body(

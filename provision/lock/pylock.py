@@ -96,10 +96,7 @@ def uv_compile_argv(
 
 
 def uv_env(cache_dir: Path | None) -> dict[str, str]:
-    env = {"UV_PYTHON_DOWNLOADS": "never"}
-    if cache_dir is not None:
-        env["UV_CACHE_DIR"] = str(cache_dir.absolute() / "uv")
-    return env
+    return {**tools.child_env(cache_dir), "UV_PYTHON_DOWNLOADS": "never"}
 
 
 def compile_lock(

@@ -120,6 +120,7 @@ class Pin:
     hashes: tuple[str, ...]
     via: tuple[str, ...]  # normalised names of the packages that require it, or "-r FILE"
     line: int
+    marker: str = ""  # the PEP 508 marker after `;`, when the lock has one
 
 
 def parse_lock(text: str, first_line: int = 1) -> list[Pin]:
@@ -159,7 +160,8 @@ def parse_lock(text: str, first_line: int = 1) -> list[Pin]:
         version = exact_version(req)
         if version is None:
             raise ValueError(f"line {start}: {text_req!r} is not pinned with ==")
-        out.append(Pin(norm(req.name), version, hashes, tuple(via), start))
+        marker = str(req.marker) if req.marker is not None else ""
+        out.append(Pin(norm(req.name), version, hashes, tuple(via), start, marker))
     return out
 
 
@@ -233,8 +235,7 @@ def closure_problems(requirements: Sequence[Requirement], lock: Sequence[Pin], s
             out.append(f"{req} from {source} is not satisfied by {pin.name}=={pin.version}")
     required_by: dict[str, list[str]] = {}
     for pin in lock:
-        if not pin.hashes:
-            out.append(f"{pin.name}=={pin.version} has no --hash")
+        out += pin_problems(pin, env)
         for parent in pin.via:
             if parent.startswith("-"):
                 continue
@@ -249,6 +250,36 @@ def closure_problems(requirements: Sequence[Requirement], lock: Sequence[Pin], s
         for pin in lock
         if pin.name not in reached
     ]
+    return out
+
+
+SHA256_RE = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def pin_problems(pin: Pin, env: Mapping[str, str]) -> list[str]:
+    """What is wrong with one pin whatever else the lock holds: a marker that is false on the
+    target (the package would be left out, and the environment reported built without it), and
+    hashes that uv would not write (none, one twice, not sha256, or not in uv's sorted order: a
+    hash added by hand lets other bytes than the locked ones be installed)."""
+    shown = f"{pin.name}=={pin.version}"
+    out = []
+    if pin.marker and not applies(Requirement(f"{pin.name}; {pin.marker}"), env):
+        out.append(
+            f"{shown} carries a marker that is false on the target (Python "
+            f"{env['python_version']}, {env['platform_machine']} Linux): {pin.marker!r}, so it "
+            "would not be installed"
+        )
+    if not pin.hashes:
+        out.append(f"{shown} has no --hash")
+    bad = [h for h in pin.hashes if not SHA256_RE.fullmatch(h)]
+    if bad:
+        out.append(f"{shown} has a --hash that is not a sha256: {bad[0][:80]!r}")
+    elif len(set(pin.hashes)) != len(pin.hashes):
+        out.append(f"{shown} names a --hash twice")
+    elif list(pin.hashes) != sorted(pin.hashes):
+        out.append(
+            f"{shown} has --hash lines in an order uv never writes (a hash was added by hand)"
+        )
     return out
 
 

@@ -165,11 +165,14 @@ class Matrix:
     sources: dict[str, Source] = field(repr=False)
 
     def release(self, tf: str) -> Release:
-        """The row of a release a user typed: X.Y or X.Y.Z (a leading v is fine); '2.13a' or
-        '2.13.0.1' name no release."""
-        if not re.fullmatch(r"[vV]?[0-9]+\.[0-9]+(\.[0-9]+)?", tf.strip()):
+        """The row of a release a user typed: X.Y or X.Y.Z in ASCII digits, as TensorFlow writes
+        its versions; 'v2.13', '02.013', '2.13a' or '2.13.0.1' name no release."""
+        if not re.fullmatch(
+            r"(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})(\.(0|[1-9][0-9]{0,2}))?", tf
+        ):
             raise UsageError(
-                f"TensorFlow {tf!r} is not a release number; give X.Y or X.Y.Z, e.g. 2.13"
+                f"TensorFlow {tf[:40]!r}{'...' if len(tf) > 40 else ''} is not a release number; "
+                "give X.Y or X.Y.Z in digits, e.g. 2.13"
             )
         wanted = _minor_of(tf)
         for row in self.releases:
@@ -199,8 +202,8 @@ class Matrix:
 
 
 def _minor_of(tf: str) -> str:
-    """'2.13', '2.13.1' and 'v2.13' all mean the 2.13 row."""
-    text = tf.strip().lstrip("vV")
+    """'2.13' and '2.13.1' both mean the 2.13 row."""
+    text = tf.strip()
     try:
         v = Version(text)
     except InvalidVersion:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from typing import Callable, Dict, Optional, Tuple
 
-from . import cudalibs, probes
+from . import cudaerrors, cudalibs, probes
 from .context import Ctx
 from .judge import judge_library_version, same_release, same_version
 from .report import Result, result
@@ -233,7 +233,7 @@ def _raw_version(path: str, lib: str, loaded_by_tf: bool) -> int:
             f"asking it for its version failed ({why[0][-300:]}){hint if lib == 'cudnn' else ''}"
         )
     if int(out) < 0:
-        raise OSError(f"cudaRuntimeGetVersion returned {-int(out)}")
+        raise OSError(f"cudaRuntimeGetVersion returned {cudaerrors.explain(-int(out))}")
     return int(out)
 
 

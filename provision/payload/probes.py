@@ -7,6 +7,7 @@ import re
 import sys
 from typing import Any, List, Optional, Tuple
 
+from . import cudaerrors
 from .report import Result
 
 
@@ -41,9 +42,7 @@ def probe_driver() -> Result:
         info["cuda"] = f"{v.value // 1000}.{v.value % 1000 // 10}"
     rc = cuda.cuInit(0)
     if rc != 0:
-        info["error"] = "cuInit failed with CUDA error {}{}".format(
-            rc, " (no CUDA device)" if rc == 100 else ""
-        )
+        info["error"] = f"cuInit failed with CUDA error {cudaerrors.explain(rc, driver_api=True)}"
         return info
     n = ctypes.c_int()
     cuda.cuDeviceGetCount(ctypes.byref(n))
@@ -117,7 +116,7 @@ def loaded_version(path: str, lib: str) -> int:
         v = ctypes.c_int()
         rc = handle.cudaRuntimeGetVersion(ctypes.byref(v))
         if rc != 0:
-            raise OSError(f"cudaRuntimeGetVersion returned {rc}")
+            raise OSError(f"cudaRuntimeGetVersion returned {cudaerrors.explain(rc)}")
         return int(v.value)
     handle.cudnnGetVersion.restype = ctypes.c_size_t
     return int(handle.cudnnGetVersion())

@@ -163,6 +163,8 @@ def build(
         raise UsageError(f"--with-toolkit is for the system path; {env.name} is on the {env.path}")
     env.check_reviewed()
     _check_lock(env)
+    if wheelhouse is not None:
+        bundle_self.check_wheelhouse(wheelhouse)  # before any download
     target = target_of(env, glibc, provision_python, platform)
     cache = fetch.Cache(Path(cache_dir) if cache_dir else fetch.default_cache())
     items = env_items(env)

@@ -65,9 +65,9 @@ class Cache:
 
 
 def default_cache() -> Path:
-    import platformdirs
+    from provision import caches
 
-    return Path(platformdirs.user_cache_dir("provision", appauthor=False)) / "bundle"
+    return caches.root() / "bundle"
 
 
 # -- hashes and the cache ----------------------------------------------------------------------

@@ -29,9 +29,10 @@ import json
 import re
 import tarfile
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from provision import records
 from provision.errors import ProvisionError, UsageError
 
 FORMAT = 1
@@ -53,12 +54,34 @@ class BundleError(ProvisionError):
     """A bundle that cannot be built, read or trusted; the message names the file or member."""
 
 
+def _version_xy(value: str) -> str | None:
+    ok = re.fullmatch(r"(0|[1-9][0-9]{0,2})\.(0|[1-9][0-9]{0,2})", value)
+    return None if ok else "is not a version X.Y"
+
+
+def _version(value: str) -> str | None:
+    ok = re.fullmatch(r"[0-9]{1,4}(\.[0-9]{1,6}){1,3}", value)
+    return None if ok else "is not a version"
+
+
+def _size(value: int) -> str | None:
+    return None if 0 <= value < 2**50 else "is not a size in bytes"
+
+
+def _sha256(value: str) -> str | None:
+    return None if re.fullmatch(r"[0-9a-f]{64}", value) else "is not a sha256"
+
+
+def _python(value: str | None) -> str | None:
+    return None if value is None else _version_xy(value)
+
+
 @dataclass(frozen=True)
 class Member:
     name: str  # relative to provision-bundle/
     group: str
-    size: int
-    sha256: str
+    size: int = field(metadata=records.checked(_size))
+    sha256: str = field(metadata=records.checked(_sha256))
 
 
 @dataclass(frozen=True)
@@ -66,10 +89,13 @@ class Requires:
     """What the target must have, since a bundle cannot carry it."""
 
     machine: str  # x86_64 | aarch64
-    glibc: str  # the newest glibc any member needs
-    python: str | None  # Python X.Y for the venv (pip and system paths), None on the conda path
-    driver: str  # the oldest NVIDIA driver the CUDA line runs with (minor-version compatibility)
-    driver_full: str  # the CUDA toolkit's own minimum driver
+    # the newest glibc any member needs
+    glibc: str = field(metadata=records.checked(_version_xy))
+    # Python X.Y for the venv (pip and system paths), None on the conda path
+    python: str | None = field(metadata=records.checked(_python))
+    # the oldest NVIDIA driver the CUDA line runs with (minor-version compatibility)
+    driver: str = field(metadata=records.checked(_version))
+    driver_full: str = field(metadata=records.checked(_version))  # the toolkit's own minimum
 
 
 @dataclass(frozen=True)
@@ -77,12 +103,13 @@ class Manifest:
     name: str
     path: str  # conda | pip | system
     tf: str
-    python: str  # the environment's Python X.Y
+    python: str = field(metadata=records.checked(_version_xy))  # the environment's Python X.Y
     platform: str  # conda subdir: linux-64
     lock: str  # file name of the lock in env/NAME/
-    lock_sha256: str
+    lock_sha256: str = field(metadata=records.checked(_sha256))
     provision_version: str
-    provision_python: str  # the Python X.Y provision's wheels are for
+    # the Python X.Y provision's wheels are for
+    provision_python: str = field(metadata=records.checked(_version_xy))
     requires: Requires
     members: tuple[Member, ...]
 
@@ -111,9 +138,7 @@ class Manifest:
             if digest != hashlib.sha256(text.encode()).hexdigest():
                 raise ValueError("its digest does not match its contents")
             raw.pop("format")
-            members = tuple(Member(**m) for m in raw.pop("members"))
-            requires = Requires(**raw.pop("requires"))
-            manifest = cls(**raw, requires=requires, members=members)
+            manifest = records.read(cls, raw, "manifest", ValueError)
         except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:
             raise BundleError(f"{source}: the bundle's manifest is damaged ({exc})") from exc
         for m in manifest.members:

@@ -34,9 +34,7 @@ def provision_wheels(
     from provision.rollout import selfwheel
 
     if wheelhouse is not None:
-        files = sorted(wheelhouse.glob("*.whl"))
-        if not any(f.name.startswith("provision-") for f in files):
-            raise BundleError(f"{wheelhouse} holds no provision-*.whl")
+        files = check_wheelhouse(wheelhouse)
         return [Item(f"provision/{f.name}", "provision", f, digests(f)[0]) for f in files]
     own = selfwheel.build(cache.folder("provision-build"))
     folder = cache.folder("wheels")
@@ -66,6 +64,21 @@ def provision_wheels(
                 kept, sha, _ = store(path, folder)
             out.append(Item(f"provision/{path.name}", "provision", kept, sha))
     return out
+
+
+def check_wheelhouse(wheelhouse: Path) -> list[Path]:
+    """The wheels of --provision-wheels DIR, each a wheel pip can install, provision's among them;
+    BundleError otherwise (checked before anything is downloaded)."""
+    from provision.rollout import selfwheel
+
+    files = sorted(wheelhouse.glob("*.whl"))
+    if not any(f.name.startswith("provision-") for f in files):
+        raise BundleError(f"{wheelhouse} holds no provision-*.whl")
+    for f in files:
+        why = selfwheel.wheel_problem(f)
+        if why:
+            raise BundleError(f"--provision-wheels: {f} {why}; give a folder of wheels")
+    return files
 
 
 def installed_pins() -> str:

@@ -88,3 +88,26 @@ def build(dest: Path) -> Path:
             zf.writestr(entry, data)
     os.replace(tmp, target)
     return target
+
+
+def wheel_problem(path: Path) -> str | None:
+    """Why a file named *.whl is not a wheel pip could install (not a zip, no dist-info METADATA,
+    a name that is no wheel's), or None: a wheelhouse is checked before it goes into a bundle,
+    not on the target, where nothing can be fetched instead."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        name, version, _, _ = parse_wheel_filename(path.name)
+    except InvalidWheelFilename as exc:
+        return f"is not a wheel's name ({exc})"
+    if not path.is_file():
+        return "is not a regular file"
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        return f"is not a zip archive ({exc})"
+    metadata = {n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1}
+    if not metadata:
+        return f"holds no .dist-info/METADATA (not a wheel of {name} {version})"
+    return None

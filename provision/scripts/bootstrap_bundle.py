@@ -107,7 +107,10 @@ def extract_provision(tar: tarfile.TarFile, manifest: dict[str, Any], into: Path
 def home() -> Path:
     explicit = os.environ.get("PROVISION_HOME")
     if explicit:
-        return Path(explicit).expanduser().absolute()
+        try:
+            return Path(explicit).expanduser().absolute()
+        except RuntimeError:  # ~user of a user this machine does not have
+            fail(f"PROVISION_HOME {explicit}: no such user on this machine; set it to a folder")
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data) / "provision"
 
