@@ -340,10 +340,10 @@ def _altered(p: PackageFact, prefix: str, t: Target, gone_libs: set[str]) -> lis
 def _libraries(old: EnvFacts, new: EnvFacts, t: Target) -> tuple[set[str], list[Change]]:
     before = {lib.path: lib for lib in old.libraries}
     after = {lib.path: lib for lib in new.libraries}
-    gone = before.keys() - after.keys()
+    gone = set(before.keys() - after.keys())  # and, below, those replaced: reported here only
     out = []
     for path in sorted(gone):
-        lib = before[path]
+        lib = before[path]  # gone
         left = [x for x in after.values() if x.soname and x.soname == lib.soname]
         src = f", from {lib.package}" if lib.package else ""
         if left:
@@ -361,9 +361,13 @@ def _libraries(old: EnvFacts, new: EnvFacts, t: Target) -> tuple[set[str], list[
     for path in sorted(before.keys() & after.keys()):
         a, b = before[path], after[path]
         if (a.soname, a.size) != (b.soname, b.size):
-            out.append(Change("library", f"library {path} was replaced ({a.soname} → {b.soname}, "
-                              f"{a.size} → {b.size} bytes)", "verify again", "changed",
-                              t.reinstall))  # fmt: skip
+            sonames = f"{a.soname or '?'} → {b.soname or '?'}, " if a.soname != b.soname else ""
+            out.append(Change(
+                "library", f"library {path} was replaced ({sonames}{a.size} → {b.size} bytes)",
+                "TensorFlow loads another file than the verified one; verify again", "changed",
+                t.reinstall,
+            ))  # fmt: skip
+            gone.add(path)
     return gone, out
 
 
