@@ -257,7 +257,11 @@ def _packages(old: EnvFacts, new: EnvFacts, t: Target, gone_libs: set[str]) -> l
     before = {p.key: p for p in old.packages}
     after = {p.key: p for p in new.packages}
     out: list[Change] = []
-    pip_fix = f"{t.interpreter or 'python'} -m pip install"
+    python = t.interpreter or "python"
+    # The environment's own pip where it has one; uv's (which built it) where it has none.
+    has_pip = any(p.kind == "pip" and p.name == "pip" for p in new.packages)
+    pip_fix = f"{python} -m pip install" if has_pip else f"uv pip install --python {python}"
+    pip_undo = pip_fix.replace(" install", " uninstall", 1)
     for key in sorted(before.keys() - after.keys()):
         p = before[key]
         needed = [
@@ -282,7 +286,7 @@ def _packages(old: EnvFacts, new: EnvFacts, t: Target, gone_libs: set[str]) -> l
         out.append(Change(
             "package", f"{p.name} {p.version} installed by hand ({p.installer or 'unknown'}), "
             f"{lock_note}", effect, "breaks" if conflicts else "changed",
-            t.reinstall + (f" or {pip_fix.replace(' install', ' uninstall')} {p.name}"
+            t.reinstall + (f" or {pip_undo} {p.name}"
                            if p.kind == "pip" else ""),
         ))  # fmt: skip
     for key in sorted(before.keys() & after.keys()):
