@@ -366,6 +366,8 @@ class World:
         seen: dict[str, tuple[int, int, int]] = {}
         for folder, dirs, files in os.walk(self.root):
             for name in dirs + files:
+                if name.startswith("provision-payload-") and name.endswith(".pyz"):
+                    continue  # the smoke test's zipapp, cached in TMPDIR by design (payload_app)
                 path = os.path.join(folder, name)
                 st = os.lstat(path)
                 is_dir = stat.S_ISDIR(st.st_mode)

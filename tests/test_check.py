@@ -261,3 +261,59 @@ def test_remove_forgets_the_facts(built: Host, env: Env) -> None:
     assert store.path_of("tiny").is_file()
     assert run_cli("remove", "tiny")[0] == 0
     assert not store.path_of("tiny").exists()
+
+
+def conda_prefix(prefix: Path, python: str) -> None:
+    """A conda prefix as conda and rattler leave it: conda-meta/*.json with paths_data (sha256),
+    a CUDA library in lib/, the interpreter recorded as the python package."""
+    lib = prefix / "lib" / "libcudart.so.12.5.82"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"\x7fELF not really\n")
+    (prefix / "lib" / "libcudart.so.12").symlink_to(lib.name)
+    (prefix / "bin").mkdir()
+    (prefix / "bin" / "python").symlink_to(Path(sys.executable).resolve())
+    meta = prefix / "conda-meta"
+    meta.mkdir()
+    for name, version, paths in (
+        ("cuda-cudart", "12.5.82", ["lib/libcudart.so.12.5.82", "lib/libcudart.so.12"]),
+        ("python", f"{python}.7", []),
+    ):
+        data = [
+            {"_path": p, "sha256": hashlib.sha256((prefix / p).read_bytes()).hexdigest()}
+            if not (prefix / p).is_symlink() else {"_path": p, "path_type": "softlink"}
+            for p in paths
+        ]  # fmt: skip
+        (meta / f"{name}-{version}-h0_0.json").write_text(json.dumps({
+            "name": name, "version": version, "depends": [], "paths_data": {"paths": data},
+        }))  # fmt: skip
+
+
+def test_a_conda_prefix_is_read_from_conda_meta(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from provision import registry
+
+    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PROVISION_NO_NVML", "1")
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi: no driver, as on a CPU host
+    prefix = tmp_path / "prefix"
+    conda_prefix(prefix, "3.11")
+    registry.put(registry.Record(
+        name="forge", env_dir=str(tmp_path / "gone"), path="conda", tf="2.16.2", python="3.11",
+        prefix=str(prefix), interpreter=str(prefix / "bin" / "python"), installer="conda-lock",
+        lock_sha256="0" * 64, built_at=0.0,
+    ))  # fmt: skip
+    store.record(registry.get("forge"), "install")  # type: ignore[arg-type]
+    facts = store.get("forge")
+    assert facts.env.python == "3.11.7"
+    assert [(lib.path, lib.package) for lib in facts.env.libraries] == [
+        ("lib/libcudart.so.12", "cuda-cudart 12.5.82"),
+        ("lib/libcudart.so.12.5.82", "cuda-cudart 12.5.82"),
+    ]
+    assert check("forge")[0] == 0
+    (prefix / "lib" / "libcudart.so.12.5.82").write_bytes(b"\x7fELF edited by hand\n")
+    code, report = check_json("forge")
+    assert code == 1
+    whats = [c["what"] for c in changes(report, "forge")]
+    # Once, as the library it is (not again as a file of its package); the link is as it was.
+    assert whats == ["library lib/libcudart.so.12.5.82 was replaced (16 → 20 bytes)"], whats

@@ -180,3 +180,46 @@ def test_fleet_is_lazy_for_help() -> None:
     )  # fmt: skip
     assert "fleet" in done.stdout
     assert "ansible" not in done.stderr and "provision.rollout.fleet" not in done.stderr
+
+
+def test_a_drift_report_reads_as_a_table_json_and_a_page(tmp_path: Path) -> None:
+    """fleet --drift: each host's changes under the environment since the roll-out, in the
+    table, fleet.json and fleet.html (hosts are ordered by fleet_report.collect)."""
+    hosts = (
+        HostResult("gpu-a6000", Status.REGRESSED, "2 change(s) since install 2026-12-02 01:10, "
+                   "1 break it", "NVIDIA RTX A6000", "418.40.04", 2.1, 0, (),
+                   ("breaks: driver 555.42.06 → 418.40.04 (CUDA 12.5 → 10.1): older than "
+                    "TensorFlow 2.12.1 needs (520.61.05): GPU unusable; fix: install NVIDIA "
+                    "driver >= 520.61.05",
+                    "changed: provision-tiny 1.0 → 9.9 installed by hand, the lock pins 1.0: no "
+                    "declared conflict; verify again; fix: `provision install tiny --force`")),
+        HostResult("gpu-v100-old", Status.NOT_BUILT, "not registered on this machine: tiny",
+                   "Tesla V100-SXM2-16GB", "440.118.02", 1.2),
+        HostResult("gpu-<b>", Status.UNCHANGED, "unchanged since verify 2026-12-02 01:10",
+                   "2 x NVIDIA H200", "580.159.04", 1.4),
+    )  # fmt: skip
+    r = FleetResult("tiny", "2.12", "2.12.1", "pip", False, 9.5, 2, hosts, drift=True)
+    assert not r.ok
+    text = present.fleet_table(r)
+    assert "    breaks: driver 555.42.06 → 418.40.04" in text
+    assert text.endswith("(drift since the roll-out)")
+    data = r.as_json()
+    assert data["drift"] is True
+    assert data["hosts"][0]["changes"][1].startswith("changed: provision-tiny")  # type: ignore[index]
+    fleet_report.write(r, tmp_path)
+    page = (tmp_path / "fleet.html").read_text()
+    assert "drift since the roll-out" in page and '<li class="brk">driver 555.42.06' in page
+    assert "gpu-&lt;b&gt;" in page and "<script" not in page
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    shot = tmp_path / "drift.png"
+    done = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={shot}", "--window-size=1280,560", (tmp_path / "fleet.html").as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and shot.is_file(), done.stderr
+    assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 10_000

@@ -89,7 +89,7 @@ def _env_lines(e: EnvCheck) -> list[str]:
         broke = f", {e.breaks} break it" if e.breaks else ""
         head = f"{e.name}: {len(e.changes)} change(s){since}{broke}"
     else:
-        head = f"{e.name}: {e.state}: {e.problem}"
+        head = f"{e.name}: {e.state}: {e.problem.removeprefix(e.name + ': ')}"
     out = [head]
     for c in e.changes:
         mark = "BREAKS" if c.severity == "breaks" else "change"

@@ -257,7 +257,11 @@ def _packages(old: EnvFacts, new: EnvFacts, t: Target, gone_libs: set[str]) -> l
     before = {p.key: p for p in old.packages}
     after = {p.key: p for p in new.packages}
     out: list[Change] = []
-    pip_fix = f"{t.interpreter or 'python'} -m pip install"
+    python = t.interpreter or "python"
+    # The environment's own pip where it has one; uv's (which built it) where it has none.
+    has_pip = any(p.kind == "pip" and p.name == "pip" for p in new.packages)
+    pip_fix = f"{python} -m pip install" if has_pip else f"uv pip install --python {python}"
+    pip_undo = pip_fix.replace(" install", " uninstall", 1)
     for key in sorted(before.keys() - after.keys()):
         p = before[key]
         needed = [
@@ -282,7 +286,7 @@ def _packages(old: EnvFacts, new: EnvFacts, t: Target, gone_libs: set[str]) -> l
         out.append(Change(
             "package", f"{p.name} {p.version} installed by hand ({p.installer or 'unknown'}), "
             f"{lock_note}", effect, "breaks" if conflicts else "changed",
-            t.reinstall + (f" or {pip_fix.replace(' install', ' uninstall')} {p.name}"
+            t.reinstall + (f" or {pip_undo} {p.name}"
                            if p.kind == "pip" else ""),
         ))  # fmt: skip
     for key in sorted(before.keys() & after.keys()):
@@ -340,10 +344,10 @@ def _altered(p: PackageFact, prefix: str, t: Target, gone_libs: set[str]) -> lis
 def _libraries(old: EnvFacts, new: EnvFacts, t: Target) -> tuple[set[str], list[Change]]:
     before = {lib.path: lib for lib in old.libraries}
     after = {lib.path: lib for lib in new.libraries}
-    gone = before.keys() - after.keys()
+    gone = set(before.keys() - after.keys())  # and, below, those replaced: reported here only
     out = []
     for path in sorted(gone):
-        lib = before[path]
+        lib = before[path]  # gone
         left = [x for x in after.values() if x.soname and x.soname == lib.soname]
         src = f", from {lib.package}" if lib.package else ""
         if left:
@@ -361,9 +365,13 @@ def _libraries(old: EnvFacts, new: EnvFacts, t: Target) -> tuple[set[str], list[
     for path in sorted(before.keys() & after.keys()):
         a, b = before[path], after[path]
         if (a.soname, a.size) != (b.soname, b.size):
-            out.append(Change("library", f"library {path} was replaced ({a.soname} → {b.soname}, "
-                              f"{a.size} → {b.size} bytes)", "verify again", "changed",
-                              t.reinstall))  # fmt: skip
+            sonames = f"{a.soname or '?'} → {b.soname or '?'}, " if a.soname != b.soname else ""
+            out.append(Change(
+                "library", f"library {path} was replaced ({sonames}{a.size} → {b.size} bytes)",
+                "TensorFlow loads another file than the verified one; verify again", "changed",
+                t.reinstall,
+            ))  # fmt: skip
+            gone.add(path)
     return gone, out
 
 

@@ -138,10 +138,14 @@ def packages(prefix: Path) -> list[Installed]:
 
 
 def stat_digest(files: tuple[tuple[str, str], ...]) -> str:
-    """A digest of each file's size and modification time (a missing file counts as such)."""
+    """A digest of the size and modification time of each file its installer recorded a sha256
+    for (a missing file counts as such). Files recorded without one (bytecode pip compiled, the
+    RECORD itself) may be written again by Python and are left out."""
     parts = []
     lstat = os.lstat
-    for path, _ in files:
+    for path, want in files:
+        if not want:
+            continue
         try:
             st = lstat(path)
             parts.append(f"{path}\0{st.st_size}\0{st.st_mtime_ns}")
@@ -223,9 +227,9 @@ def libraries(prefix: Path, cuda_home: str = "") -> list[LibraryFile]:
             seen.add(shown)
             info = elf.read(str(path))
             try:
-                size = os.stat(path).st_size
+                size = os.lstat(path).st_size  # a link: the length of what it names
             except OSError:
-                size = -1  # a link to nothing
+                size = -1
             out.append(LibraryFile(shown, info.soname if info else "", size))
     return out
 

@@ -390,8 +390,9 @@ def page(r: FleetResult) -> str:
 <tbody>
 {rows}
 </tbody></table>
-<footer>Written by provision {e(__version__)} (provision fleet {e(r.name)}). Each host's doctor,
-install and verify reports lie beside this page, in hosts/HOST/.</footer>
+<footer>Written by provision {e(__version__)} (provision fleet {e(r.name)}). Each host's
+{"check" if r.drift else "doctor, install and verify"} reports lie beside this page, in
+hosts/HOST/.</footer>
 </body></html>
 """
 
