@@ -14,7 +14,8 @@
 # and XLA on 2.21 at a batch that finishes (32, then 64 when 32 did), with TF's persistent
 # compilation cache (--xla-cache) and XLA's per-fusion autotuning cache, so a second attempt
 # starts where the first stopped; when batch 32 does not finish, once more without autotuning
-# (XLA_FLAGS=--xla_gpu_autotune_level=0), to see whether autotuning is the time.
+# (XLA_FLAGS=--xla_gpu_autotune_level=0), to see whether autotuning is the time; last, a profile
+# of each release's default step (--profile: the op types by GPU self-time, the trace in OUT).
 # SET=findings: issue 14's lines (strategy, steps per execution, layout, loop, input pipeline).
 # Every line is bounded: --max-seconds BOUND (a first step, i.e. an XLA compile, still running
 # then is stopped and recorded as "compile over BOUND s"), and TIMEOUT seconds for the whole line.
@@ -81,6 +82,7 @@ else
 		"xla-mixed|new|if:xla32|$autotune|$xla32 --precision mixed_float16" # 2.13's best setting
 		"xla64|new|if:xla32|$autotune|$xla64 --precision float32"   # a larger batch, if it compiles
 		"xla32-noautotune|new|unless:xla32|XLA_FLAGS=--xla_gpu_autotune_level=0|$xla32 --precision float32"
+		"profile|both|||--precision float32 --profile PROFILE_DIR" # where the time goes (op types)
 	)
 fi
 if [ -n "${SCALING:-}" ]; then
@@ -110,6 +112,7 @@ run() { # env id VAR=value... -- options...
 	fi
 	local where
 	mapfile -t where < <(target "$env")
+	set -- "${@//PROFILE_DIR/$out/profile-$(label "$env")}" # a trace folder per release
 	echo "== $name: ${vars[*]} provision bench ${where[*]} ${common[*]} $*"
 	started=$(date +%s)
 	env "${vars[@]}" timeout -k 20 "${TIMEOUT:-420}" "${provision[@]}" bench "${where[@]}" \
