@@ -154,7 +154,7 @@ class _Events:
         elif kind == "compiling":
             seconds = float(ev.get("seconds") or 0)
             limit = float(ev.get("limit") or 0)
-            bound = f", stopped at {limit:g} s (--max-seconds)" if limit else ""
+            bound = f"; --max-seconds stops it at {limit:g} s" if limit else ""
             self.report(
                 Event("info", f"{what}: first step running {seconds:.0f} s (tracing, compiling"
                       f"{bound})")
@@ -307,5 +307,8 @@ def command_line(names: Sequence[str], options: Mapping[str, object]) -> str:
             words.append(flag if value == "on" else f"--no-{flag[2:]}" if value == "off" else "")
             continue
         flag = "--" + key.replace("_", "-")
-        words += [flag] if value is True else [flag, str(value)]
+        shown = str(value)
+        if isinstance(value, float) and value.is_integer():
+            shown = str(int(value))
+        words += [flag] if value is True else [flag, shown]
     return shlex.join(w for w in words if w)

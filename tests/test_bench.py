@@ -570,8 +570,10 @@ def test_indivisible_global_batch_is_adjusted_with_a_message(tf_python: Path) ->
 def test_device_script_runs_its_matrix_and_resumes(
     tf_python: Path, tf213_python: Path, tmp_path: Path
 ) -> None:
-    """tests/gpu/device_bench.sh on the CPU with a tiny model: a report per configuration, one
-    table and the markdown findings; run again, it skips what is done."""
+    """tests/gpu/device_bench.sh on the CPU with a tiny model: a report per line and release, the
+    lines that depend on another run only when it did (the cached rerun after XLA at batch 32,
+    not the run without autotuning), one table, the markdown findings and the two releases'
+    plot; run again, it skips what is done."""
     script = Path(__file__).parent / "gpu" / "device_bench.sh"
     out = tmp_path / "out"
     env = {
@@ -580,21 +582,93 @@ def test_device_script_runs_its_matrix_and_resumes(
         "STEPS": "4",
         "WARMUP": "2",
         "BENCH_ARGS": "--model small_cnn --image-size 8 --batch-per-replica 8 --cpu-devices 1",
-        "ONLY": "^(base|custom|nojit-1dev)$",
+        "ONLY": "^(base|bn-none|xla32|xla32-cached|xla32-noautotune)$",
     }
     argv = ["bash", str(script), str(out), str(tf213_python), str(tf_python)]
     first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
     assert first.returncode == 0, first.stdout + first.stderr
     old, new = tf213_python.parent.parent.name, tf_python.parent.parent.name
     assert sorted(p.name for p in out.glob("*.json")) == sorted(
-        [f"{old}--base.json", f"{new}--base.json", f"{new}--custom.json",
-         f"{new}--nojit-1dev.json"]
+        [f"{old}--base.json", f"{old}--bn-none.json", f"{old}--xla32.json", f"{new}--base.json",
+         f"{new}--bn-none.json", f"{new}--xla32.json", f"{new}--xla32-cached.json"]
     )  # fmt: skip
+    cached = json.loads((out / f"{new}--xla32-cached.json").read_text())
+    assert cached["settings"]["xla_cache"] == str(out / "xla-cache")
+    assert list((out / "xla-cache").iterdir())  # TensorFlow's persistent cache was written
+    flags = cached["xla_environment"]["XLA_FLAGS"]
+    assert f"--xla_gpu_per_fusion_autotune_cache_dir={out}/autotune-cache" in flags
     findings = (out / "findings.txt").read_text()
-    assert findings.startswith("hardware: ") and "loop" in findings and "strategy" in findings
+    assert findings.startswith("hardware: ") and "batchnorm" in findings and "XLA cache" in findings
     md = (out / "findings.md").read_text().splitlines()
     rows = [ln for ln in md if ln.startswith("| 2.")]
-    assert len(rows) == 3 + 3 + 1 + 1  # base: three precisions in each environment
+    assert len(rows) == 1 + 1 + 2 + 1 + 1 + 1 + 1  # 2.13 compiles XLA in two precisions
     assert all("`provision bench --python " in ln for ln in rows)
+    assert png_size(out / "two-releases.png")[0] > 0
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and again.stdout.count(": done before") == 4, again.stdout
+    assert again.returncode == 0 and again.stdout.count(": done before") == 7, again.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("which", "how", "layers"),
+    [
+        ("2.21", "fused", ["FusedBatchNormalization x53"]),
+        ("2.21", "none", []),
+        ("2.13", "unfused", ["BatchNormalization(fused=False) x53"]),
+    ],
+)
+def test_batchnorm_option_rebuilds_resnet50s_normalisation(
+    which: str, how: str, layers: list[str], tf_python: Path, tf213_python: Path, tmp_path: Path
+) -> None:
+    """--batchnorm: ResNet50's 53 BatchNormalization layers as asked (Keras 3 given TensorFlow's
+    fused kernel, Keras 2 its unfused ops, or none), and the model still trains."""
+    python = tf_python if which == "2.21" else tf213_python
+    report = payload_report(
+        python, tmp_path, "--model", "resnet50", "--image-size", "32", "--batch-per-replica",
+        "4", "--steps", "2", "--warmup", "1", "--cpu-devices", "1", "--precision", "float32",
+        "--strategy", "default", "--matmul-n", "64", "--batchnorm", how,
+    )  # fmt: skip
+    (run,) = report["runs"]
+    assert report["settings"]["batchnorm"] == how
+    assert run["batchnorm_layers"] == layers
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["2.21", "2.13"])
+def test_profile_lists_the_op_types_that_took_the_time(
+    which: str, tf_python: Path, tf213_python: Path, tmp_path: Path
+) -> None:
+    """--profile: 2.21's profiler summarises its trace (on this CPU host: the host's op types);
+    2.13's has no such tool, and the report says so and where the trace is."""
+    python = tf_python if which == "2.21" else tf213_python
+    report = payload_report(
+        python, tmp_path, "--model", "small_cnn", "--image-size", "8", "--cpu-devices", "1",
+        "--precision", "float32", "--steps", "2", "--warmup", "1", "--matmul-n", "64",
+        "--profile", str(tmp_path / "trace"),
+        "--optimizer-jit", "off" if which == "2.13" else "auto",
+    )  # fmt: skip
+    (run,) = report["runs"]
+    traced = run["profile"]
+    assert traced["folder"] == str(tmp_path / "trace" / "1xfloat32") and traced["steps"] == 5
+    assert list((tmp_path / "trace").rglob("*.xplane.pb"))
+    if which == "2.21":
+        assert traced["error"] is None and traced["top"][0]["where"] == "Host"
+        assert sum(r["percent"] for r in traced["top"]) <= 100.0
+        assert any(m.startswith("1 x float32: profile (host self-time, 5 steps): ")
+                   for m in report["messages"])  # fmt: skip
+    else:
+        assert traced["top"] == [] and "cannot summarise" in traced["error"]
+        assert run["optimizer_xla"] is False
+
+
+@pytest.mark.slow
+def test_keras3_refuses_optimizer_jit_for_that_configuration_only(
+    tf_python: Path, tmp_path: Path
+) -> None:
+    report = payload_report(
+        tf_python, tmp_path, *SMALL, "--precision", "float32", "--optimizer-jit", "on",
+        "--matmul-n", "64",
+    )  # fmt: skip
+    assert report["runs"] == []
+    (failed,) = report["failed"]
+    assert failed["error"].startswith("--optimizer-jit: Keras 3's optimizers have no jit_compile")

@@ -31,6 +31,10 @@ SETTINGS = (
     ("data_format", "format"),
     ("data", "data"),
     ("strategy", "strategy"),
+    ("batchnorm", "batchnorm"),
+    ("optimizer_jit", "optimizer jit"),
+    ("xla_cache", "XLA cache"),
+    ("xla_flags", "XLA_FLAGS"),
     ("steps", "steps"),
     ("warmup", "warm-up"),
     ("dataset", "dataset"),
@@ -67,9 +71,15 @@ def label(report: Report) -> str:
 
 
 def _setting(report: Report, key: str) -> str:
+    if key == "xla_flags":  # not an option: the variable as the run had it
+        value = _obj(report.get("xla_environment")).get("XLA_FLAGS")
+        flags = [f for f in str(value or "").split() if "cuda_data_dir" not in f]
+        return " ".join(f.split("=")[0] if "_dir=" in f else f for f in flags) or "-"
     value = _obj(report.get("settings")).get(key)
     if value is None or value == "" or (key == "cpu_devices" and not value):
         return "-"
+    if key == "xla_cache":  # a folder: whether there was one is what differs
+        return "yes"
     return str(value)
 
 

@@ -98,6 +98,11 @@ from provision.cli.common import (
     help="Folder for XLA's persistent compilation cache (TF_XLA_FLAGS).",
 )  # fmt: skip
 @click.option(
+    "--profile", type=SafePath(path_type=Path, file_okay=False),
+    help="Trace a few steps after the timed ones (tf.profiler) into this folder; the report "
+    "lists the op types that took the time.",
+)  # fmt: skip
+@click.option(
     "--dataset",
     type=SafePath(path_type=Path, file_okay=False, exists=True),
     help="Directory of .npz files (x, y) instead of synthetic data.",
@@ -417,8 +422,9 @@ def _bench_checks(options: dict[str, object]) -> None:
     for key in ("jit", "optimizer_jit"):
         value = options[key]
         options[key] = "on" if value is True else "off" if value is False else "auto"
-    if options["xla_cache"] is not None:
-        options["xla_cache"] = str(Path(str(options["xla_cache"])).absolute())
+    for key in ("xla_cache", "profile"):
+        if options[key] is not None:
+            options[key] = str(Path(str(options[key])).absolute())
 
 
 def _precisions(value: str) -> str:

@@ -44,6 +44,8 @@ from .bench_model import (
     to_format,
 )
 from .bench_procs import run_part
+from .bench_profile import PROFILED_STEPS, profile
+from .bench_profile import summary as profile_summary
 from .bench_schema import (
     BATCHNORM,
     DATA,
@@ -107,6 +109,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "bench") -> argparse.N
     )
     add("--optimizer-jit", choices=JIT, help="XLA for the optimizer's update (Keras 2 only)")
     add("--xla-cache", help="a folder for XLA's persistent compilation cache")
+    add("--profile", help="trace a few steps after the timed ones into this folder (tf.profiler)")
     add("--json", dest="json_out", default=None, help="write the report here")
     add("--seed", type=int)
     # One configuration in this process (the parent starts a child per configuration).
@@ -218,6 +221,13 @@ def run_config(
         if clock.stop_reason:
             raise Skipped(clock.stop_reason)
         timing = clock.summary()
+        traced = None
+        if args.profile:
+            per = args.steps_per_execution
+            folder = os.path.join(args.profile, f"{n}x{precision}")
+            count = -(-PROFILED_STEPS // per) * per
+            traced = profile(tf, folder, lambda k: trainer.train(k, None), count)
+            messages.append(f"{n} x {precision}: {profile_summary(traced)}")
         if extra_steps:
             trainer.train(extra_steps, None)
         acc = accuracy(model, x_test, y_test, gb)
@@ -248,6 +258,7 @@ def run_config(
         "optimizer_xla": observed["optimizer_xla"],
         "pipeline": observed["pipeline"],
         "custom_traces": observed["custom_traces"],
+        "profile": traced,
         "compute_dtype": dtype,
         "batchnorm_layers": norms,
         "input_shape": shape,

@@ -150,7 +150,7 @@ def batchnorm_as(tf: ModuleType, how: str) -> Any:
             return layer.__class__.from_config(layer.get_config())
         config = layer.get_config()
         if how == "none":
-            return keras.layers.Activation("linear", name=config["name"])
+            return no_normalization_class(tf)(name=config["name"])
         if fused_class is not None:
             return fused_class.from_config(config)
         if not keras3(tf):  # Keras 2 chooses; Keras 3 has one, unfused, implementation
@@ -158,6 +158,16 @@ def batchnorm_as(tf: ModuleType, how: str) -> Any:
         return norm.from_config(config)
 
     return clone
+
+
+def no_normalization_class(tf: ModuleType) -> Any:
+    """A layer that passes its input on, called as BatchNormalization is (training, mask)."""
+
+    class NoNormalization(tf.keras.layers.Layer):  # type: ignore[misc,name-defined]
+        def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+            return inputs
+
+    return NoNormalization
 
 
 def fused_batchnorm_class(tf: ModuleType) -> Any:

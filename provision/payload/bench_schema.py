@@ -19,7 +19,7 @@ Schema 2 (one environment): {"schema": 2, "tool": "provision-bench",
             "accuracy", "speedup", "efficiency", "first_step_s", "seconds", "estimate_s",
             "executions", "timed_steps", "xla", "optimizer_xla", "compute_dtype",
             "batchnorm_layers", "input_shape", "strategy", "replicas", "pipeline",
-            "custom_traces"}],
+            "custom_traces", "profile"}],
   "failed": [{"gpus", "precision", "error"}], "skipped": [{"gpus", "precision", "reason"}]
   (a first step stopped by --max-seconds: "compile over N s: ..."),
   "messages": [...]}
@@ -78,6 +78,7 @@ DEFAULTS: Dict[str, str | int | None] = {
     "batchnorm": "default",
     "optimizer_jit": "auto",
     "xla_cache": None,
+    "profile": None,
     "matmul_n": None,
     "cpu_devices": 0,
     "seed": 1234,
@@ -97,6 +98,7 @@ LATER_SETTINGS: Dict[str, str | None] = {
     "batchnorm": "default",
     "optimizer_jit": "auto",
     "xla_cache": None,
+    "profile": None,
 }
 RUN_FIELDS = (
     "first_step_s",
@@ -113,6 +115,7 @@ RUN_FIELDS = (
     "replicas",
     "pipeline",
     "custom_traces",
+    "profile",
 )
 
 
@@ -150,6 +153,7 @@ class _Run(Config):
     optimizer_xla: Optional[bool]
     pipeline: List[str]
     custom_traces: Optional[int]
+    profile: Optional[Dict[str, object]]  # --profile: folder, steps, top op types, error
     compute_dtype: str
     batchnorm_layers: List[str]
     input_shape: List[int]
