@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from provision import _proc, records, registry
+from provision import _proc, diskread, records, registry
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
 from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, PathKind, resolve
 
@@ -99,7 +99,7 @@ class Manifest:
 
     @classmethod
     def loads(cls, text: str) -> Manifest:
-        data = json.loads(text)
+        data = diskread.loads_json(text, MANIFEST)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         schema = data.get("schema")
@@ -225,7 +225,7 @@ def load(root: Path) -> EnvDir:
     root = Path(root)
     manifest = root / MANIFEST
     try:
-        text = manifest.read_text(encoding="utf-8")
+        text = diskread.read_text(manifest)
     except (FileNotFoundError, NotADirectoryError):
         raise ManifestError(
             f"{root} has no {MANIFEST}: render it first "
@@ -233,6 +233,8 @@ def load(root: Path) -> EnvDir:
         ) from None
     except OSError as exc:
         raise ManifestError(f"cannot read {manifest}: {exc.strerror}") from exc
+    except diskread.Unreadable as exc:
+        raise ManifestError(f"{exc}; re-render it") from exc
     try:
         parsed = Manifest.loads(text)
     except (ValueError, TypeError) as exc:

@@ -185,13 +185,21 @@ def show_cmd(name: str, out: Path | None, as_json: bool) -> None:
 @click.command("remove")
 @click.argument("name")
 @click.option("--keep-prefix", is_flag=True, help="Forget NAME but leave its prefix on disk.")
-def remove_cmd(name: str, keep_prefix: bool) -> None:
-    """Forget a built environment and delete its prefix (only what provision built)."""
+@click.option(
+    "--force", is_flag=True,
+    help="Remove even when the prefix holds files provision did not install (they are kept).",
+)  # fmt: skip
+def remove_cmd(name: str, keep_prefix: bool, force: bool) -> None:
+    """Forget a built environment and delete what provision installed in its prefix; files it did
+    not install are never deleted (without --force they stop the removal)."""
     from provision import built
+    from provision.progress import human_size
 
-    done = built.remove(name, keep_prefix=keep_prefix)
+    done = built.remove(name, keep_prefix=keep_prefix, force=force)
     if done.deleted_prefix:
-        click.echo(f"removed {done.prefix}")
+        click.echo(f"removed {done.prefix} (freed {human_size(done.freed)})")
+        for path in done.kept:
+            click.echo(f"kept {done.prefix}/{path}: provision did not install it")
     else:
         click.echo(f"left {done.prefix}: {done.kept_because}")
     if done.kernel:

@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -28,13 +27,13 @@ from typing import Literal
 from provision import _proc, environment, registry, tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError, UsageError
-from provision.install import installers
+from provision.install import installers, owned
 from provision.install.installers import Installer, Offline
 from provision.progress import Event, Report, nothing
 from provision.steps import StepResult
 from provision.toolout import InstallerLines
 
-MARKER = ".provision-install.json"
+MARKER = owned.MARKER
 MARKER_SCHEMA = 2
 LOCK_WAIT_S = 5.0
 
@@ -89,8 +88,10 @@ State = Literal["absent", "foreign", "building", "stale", "complete"]
 
 
 def read_marker(prefix: Path) -> dict[str, object] | None:
+    from provision import diskread
+
     try:
-        data = json.loads((prefix / MARKER).read_text(encoding="utf-8"))
+        data = diskread.read_json(prefix / MARKER, diskread.MIB)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -130,19 +131,6 @@ def is_installed(env: EnvDir, prefix: Path) -> bool:
     return state_of(prefix, inputs_digest(env)) == "complete"
 
 
-def _clear(prefix: Path) -> None:
-    if prefix.is_symlink() or prefix.is_file():
-        prefix.unlink()
-    elif prefix.exists():
-        shutil.rmtree(prefix)
-
-
-def _empty(prefix: Path) -> None:
-    """Remove what a failed build put into a directory that existed before it (kept, as it was)."""
-    for child in prefix.iterdir():
-        _clear(child)
-
-
 def install(
     env: EnvDir,
     prefix: Path | None = None,
@@ -179,8 +167,9 @@ def install(
         return result
     if script_args:
         raise UsageError(f"extra arguments {' '.join(script_args)} apply to the system path only")
-    target = (Path(prefix) if prefix else env.default_prefix()).absolute()
+    target = followed((Path(prefix) if prefix else env.default_prefix()).absolute())
     check_prefix(target)
+    check_not_another(env.name, target)
     with _exclusive(target) as lock_fd:
         result = _install_at(env, target, force, installer, solver, start, lock_fd, offline, report)
     _register(env, result, owned=True)
@@ -198,7 +187,39 @@ def check_prefix(target: Path) -> None:
     writable_target(target, "--prefix")
     if target.is_dir() and not os.access(target, os.W_OK | os.X_OK):
         raise InstallError(f"--prefix {target} is not writable; choose another place")
-    registry.usable_home()
+    registry.writable()  # a build that could not be registered would be half done
+
+
+def followed(target: Path) -> Path:
+    """A prefix given as a symlink is the folder it leads to (never replaced by one of ours); a
+    symlink that leads nowhere, or in a loop, is refused."""
+    if not target.is_symlink() and not any(p.is_symlink() for p in target.parents):
+        return target
+    try:
+        real = Path(os.path.realpath(target, strict=True))
+    except OSError:
+        if target.is_symlink():
+            raise UsageError(
+                f"--prefix {target} is a symlink that leads nowhere (or in a loop); provision "
+                "will not replace it: give the folder it should lead to"
+            ) from None
+        return target  # a prefix still to be made, under real folders reached through a link
+    return real
+
+
+def check_not_another(name: str, target: Path) -> None:
+    """A prefix that another registered environment lives in (or holds, or is inside) is that
+    environment's: building there would wipe it while its record still points at it."""
+    real = Path(os.path.realpath(target))
+    for other, rec in registry.records():
+        if other == name or isinstance(rec, str):
+            continue
+        theirs = Path(os.path.realpath(rec.prefix))
+        if real == theirs or theirs in real.parents or real in theirs.parents:
+            raise InstallError(
+                f"--prefix {target} is where {other} is built ({rec.prefix}); provision will not "
+                f"build {name} over it: choose another --prefix (or `provision remove {other}`)"
+            )
 
 
 def _check_lock(env: EnvDir) -> None:
@@ -321,11 +342,27 @@ def _install_at(
 ) -> InstallResult:
     digest = inputs_digest(env)
     lock_sha = sha256_file(env.lock)
+    finish_leftovers(target)
     state = state_of(target, digest)
     if state == "foreign":
         raise InstallError(
             f"{target} exists and was not built by provision; remove it or choose another --prefix"
         )
+    if state == "building" and (read_marker(target) or {}).get("existed"):
+        theirs = owned.foreign_top(target)
+        if theirs:
+            raise InstallError(
+                f"{target} holds an unfinished build and files provision did not make "
+                f"({owned.shown(theirs)}); provision will not delete them: move them out, "
+                "then re-run"
+            )
+    if state == "stale" or (state == "complete" and force):
+        theirs = owned.foreign(target)
+        if theirs:
+            raise InstallError(
+                f"{target} holds files provision did not install ({owned.shown(theirs)}); "
+                "a rebuild would delete them: move them out, then re-run"
+            )
     if state == "complete" and not force:
         marker = read_marker(target) or {}
         environment.install_hooks(env, target)  # the hooks of this provision, cheap to refresh
@@ -352,15 +389,20 @@ def _build(
     offline: Offline | None = None,
     report: Report = nothing,
 ) -> str:
-    old = target.with_name(target.name + ".provision-old")
-    _clear(old)  # left by a run that was killed while replacing a complete environment
-    _clear(target.with_name(target.name + ".provision-new"))
-    kept = state == "absent" and target.is_dir()  # an empty directory someone made for us
+    old = target.with_name(target.name + OLD)
+    before = read_marker(target) or {}
+    # A folder the user made (empty) before the build, or a build into one that never finished:
+    # built in place, and left as an empty folder when the environment is removed.
+    kept = (state == "absent" and target.is_dir()) or (
+        state == "building" and bool(before.get("existed"))
+    )
+    existed = kept or bool(before.get("existed"))
     if state in ("stale", "complete"):
         # Keep the working environment until the new one is complete; put it back on failure.
         target.rename(old)
-    elif not kept:
-        _clear(target)  # "building": a run that never finished
+    elif state == "building":
+        # a run that never finished
+        owned.delete(target, keep_folder=kept, mode="installer" if kept else "whole")
     record: dict[str, object] = {
         "schema": MARKER_SCHEMA,
         "state": "building",
@@ -371,6 +413,8 @@ def _build(
         "lock": env.lock.name,
         "lock_sha256": lock_sha,
         "inputs_sha256": digest,
+        "prefix": str(target),
+        "existed": existed,
     }
     try:
         if kept:
@@ -378,8 +422,11 @@ def _build(
         else:
             # The prefix appears only with its marker in it: a kill at any point leaves either
             # nothing, or a directory marked as ours and unfinished.
-            staging = target.with_name(target.name + ".provision-new")
-            _clear(staging)
+            staging = target.with_name(target.name + NEW)
+            if staging.exists() or staging.is_symlink():
+                raise InstallError(
+                    f"{staging} is in the way and is not provision's; move it, then re-run"
+                )
             staging.mkdir(parents=True)
             _write_marker(staging, record)
             staging.rename(target)
@@ -387,17 +434,37 @@ def _build(
             used = installers.build_conda(env, target, solver, lock_fd, offline, report)
         else:
             used = installers.build_pip(env, target, installer, lock_fd, offline, report)
+        owned.record(target)
         _write_marker(target, {**record, "state": "complete", "installer": used})
     except BaseException:
         if kept:
-            _empty(target)
+            owned.delete(target, keep_folder=True, mode="whole")  # empty when this run began
         else:
-            _clear(target)
+            owned.delete_tree(target)
         if old.exists():
             old.rename(target)
         raise
-    _clear(old)
+    owned.delete_tree(old)
     return used
+
+
+OLD = ".provision-old"  # a complete environment kept while its replacement is built
+NEW = ".provision-new"  # a prefix being made, with its marker, before it is renamed into place
+
+
+def finish_leftovers(target: Path) -> None:
+    """What a run killed while replacing or making target left beside it: the old environment is
+    put back when nothing replaced it, and deleted when something did; an unfinished new one is
+    deleted. Only what holds provision's marker for this very prefix is touched."""
+    for suffix in (NEW, OLD):
+        left = target.with_name(target.name + suffix)
+        marker = read_marker(left) if left.is_dir() and not left.is_symlink() else None
+        if marker is None or marker.get("prefix", str(target)) != str(target):
+            continue
+        if suffix == OLD and not target.exists() and not target.is_symlink():
+            left.rename(target)  # killed between moving the old one away and the new one in
+        else:
+            owned.delete_tree(left)
 
 
 def system_script() -> Path:
