@@ -91,7 +91,7 @@ def bench_argv(python: Path, options: Mapping[str, object], json_out: Path) -> l
             continue
         flag = "--" + key.replace("_", "-")
         args += [flag] if value is True else [flag, str(value)]
-    return payload_argv(python, "bench", args)
+    return payload_argv(python, "bench", args, json_out.parent)
 
 
 def check_plot(plot: Path) -> None:
