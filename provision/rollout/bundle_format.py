@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from provision import diskread
 from provision.errors import ProvisionError, UsageError
 
 FORMAT = 1
@@ -101,7 +102,7 @@ class Manifest:
     @classmethod
     def loads(cls, data: bytes, source: str) -> Manifest:
         try:
-            raw = json.loads(data.decode("utf-8"))
+            raw = diskread.loads_json(data, source)
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
             if raw.get("format") != FORMAT:
