@@ -398,6 +398,8 @@ def _build(
     )
     existed = kept or bool(before.get("existed"))
     if state in ("stale", "complete"):
+        if old.exists() or old.is_symlink():  # finish_leftovers took any of ours
+            raise InstallError(f"{old} is in the way and is not provision's; move it, then re-run")
         # Keep the working environment until the new one is complete; put it back on failure.
         target.rename(old)
     elif state == "building":
