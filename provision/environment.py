@@ -269,17 +269,17 @@ def find(name: str, out: Path | None = None) -> Found:
     """NAME as a user means it: OUT/NAME when --out is given, else the registry, else envs/NAME."""
     check_name(name)
     record = registry.get(name)
-    if out is None and record is not None and (Path(record.env_dir) / MANIFEST).is_file():
+    if out is None and record is not None and _there(Path(record.env_dir) / MANIFEST):
         return Found(load(Path(record.env_dir)), record)
     base = out if out is not None else DEFAULT_OUT
     folder = base / name
-    if not (folder / MANIFEST).is_file() and out is None and record is not None:
+    if not _there(folder / MANIFEST) and out is None and record is not None:
         raise UsageError(
             f"{name} is built at {record.prefix}, but the directory it was built from "
             f"({record.env_dir}) is gone; pass --out DIR where its envs/ is now, or forget it "
             f"with provision remove {name}"
         )
-    if not (folder / MANIFEST).is_file():
+    if not _there(folder / MANIFEST):
         where = f"{out}" if out is not None else f"the registry (provision list) or {DEFAULT_OUT}/"
         known = sorted(
             {p.parent.name for p in _glob(base, f"*/{MANIFEST}")}
@@ -293,6 +293,11 @@ def find(name: str, out: Path | None = None) -> Found:
     env = load(folder)
     same = record is not None and Path(record.env_dir) == env.root.absolute()
     return Found(env, record if same else None)
+
+
+def _there(path: Path) -> bool:
+    """Something is at path (load says what is wrong with it when it is not a regular file)."""
+    return path.exists() or path.is_symlink()
 
 
 def built_at(python: Path | None, prefix: Path | None) -> EnvDir | None:
