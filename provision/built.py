@@ -90,26 +90,30 @@ def remove(name: str, *, keep_prefix: bool = False, force: bool = False) -> Remo
         from provision.install import finish_leftovers, owned
 
         finish_leftovers(prefix)
-        theirs = owned.foreign(prefix)
-        listed = owned.recorded(prefix) is not None
+        marker = _marker(prefix)
+        existed = bool(marker.get("existed"))
+        mode: owned.Mode = "listed"
+        if marker.get("state") != "complete":  # a build that never finished: no list yet
+            mode = "installer" if existed else "whole"
+            theirs = owned.foreign_top(prefix) if existed else []
+        else:
+            theirs = owned.foreign(prefix)
+            if owned.recorded(prefix) is None:
+                mode = "whole"
+                if not force:
+                    raise InstallError(
+                        f"{prefix} has no list of the files provision installed (an older "
+                        f"provision built it); nothing was removed: `provision remove {name} "
+                        "--force` deletes the whole folder"
+                    )
         if theirs and not force:
             raise InstallError(
                 f"{prefix} holds files provision did not install ({owned.shown(theirs)}); "
                 f"nothing was removed: move them out, or `provision remove {name} --force` "
                 "deletes what provision installed and keeps them"
             )
-        if not listed and not force:
-            raise InstallError(
-                f"{prefix} has no list of the files provision installed (an older provision "
-                f"built it); nothing was removed: `provision remove {name} --force` deletes the "
-                "whole folder"
-            )
-        marker = _marker(prefix)
         try:
-            deleted = owned.delete(
-                prefix, keep_folder=bool(marker.get("existed")),
-                mode="listed" if listed else "whole",
-            )  # fmt: skip
+            deleted = owned.delete(prefix, keep_folder=existed, mode=mode)
         except OSError as exc:
             raise InstallError(f"cannot remove {prefix}: {exc.strerror}") from exc
     kernel = _remove_kernel(name)

@@ -347,6 +347,43 @@ def test_a_provision_old_left_by_a_kill_is_finished_by_the_next_run(index: Index
     assert code == 0 and not old.exists() and not prefix.exists(), out
 
 
+def _killed_during_force(env: Env, index: Index) -> None:
+    """install --force, killed with -9 while the new prefix downloads (the old one set aside)."""
+    index.mode = "stall"
+    index.requested.clear()
+    argv = [sys.executable, "-m", "provision", "install", env.name, "--out", str(env.out),
+            "--force"]  # fmt: skip
+    shutil.rmtree(os.environ["UV_CACHE_DIR"], ignore_errors=True)  # so that it downloads again
+    proc = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        assert index.requested.wait(60), "the install never reached the download"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    index.release.set()
+    index.mode = "ok"
+
+
+@pytest.mark.parametrize("then", ["install", "create-like install --force", "remove"])
+def test_kill_9_during_install_force_is_finished_by_the_next_run(
+    then: str, index: Index, env: Env
+) -> None:
+    env.lock(index.add("1.0"))
+    prefix = installed(env)
+    _killed_during_force(env, index)
+    old = prefix.with_name(prefix.name + ".provision-old")
+    assert old.is_dir() and install.state_of(prefix) == "building"
+    if then == "remove":
+        code, out = run_cli("remove", env.name)
+        assert code == 0 and not prefix.exists(), out
+    else:
+        extra = ["--force"] if "force" in then else []
+        code, out = run_cli("install", env.name, "--out", str(env.out), *extra)
+        assert code == 0 and install.state_of(prefix) == "complete", out
+    assert sorted(os.listdir(prefix.parent)) == ([prefix.name] if then != "remove" else [])
+
+
 def test_a_provision_old_that_is_not_provision_s_is_left_alone(index: Index, env: Env) -> None:
     env.lock(index.add("1.0"))
     prefix = installed(env)

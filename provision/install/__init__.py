@@ -460,13 +460,30 @@ def finish_leftovers(target: Path) -> None:
     deleted. Only what holds provision's marker for this very prefix is touched."""
     for suffix in (NEW, OLD):
         left = target.with_name(target.name + suffix)
-        marker = read_marker(left) if left.is_dir() and not left.is_symlink() else None
-        if marker is None or marker.get("prefix", str(target)) != str(target):
+        if not left.is_dir() or left.is_symlink():
             continue
-        if suffix == OLD and not target.exists() and not target.is_symlink():
-            left.rename(target)  # killed between moving the old one away and the new one in
-        else:
+        marker = read_marker(left)
+        if marker is None:
+            # Killed before its first marker was in place, or after its last file was gone.
+            with contextlib.suppress(OSError):
+                if set(os.listdir(left)) <= {MARKER + ".tmp"}:
+                    (left / (MARKER + ".tmp")).unlink(missing_ok=True)
+                    left.rmdir()
+            continue
+        if marker.get("prefix", str(target)) != str(target):
+            continue
+        if suffix == NEW:
             owned.delete_tree(left)
+            continue
+        # OLD: the environment that worked before a rebuild that never finished goes back.
+        now = state_of(target)
+        if now == "complete":
+            owned.delete_tree(left)
+        elif now == "absent" and not target.is_symlink():
+            left.rename(target)  # killed between moving the old one away and the new one in
+        elif now == "building" and not (read_marker(target) or {}).get("existed"):
+            owned.delete_tree(target)
+            left.rename(target)
 
 
 def system_script() -> Path:
