@@ -240,9 +240,8 @@ def _one(
 
 
 def load(paths: Sequence[Path], plot: Path | None = None) -> BenchResult:
-    """Saved reports (any schema, one report or a set per file), shown as one result."""
-    if plot is not None:
-        check_plot(plot)
+    """Saved reports (any schema, one report or a set per file), shown as one result. The reports
+    are judged before matplotlib is imported for --plot (an import that writes its caches)."""
     reports: list[dict[str, object]] = []
     for path in paths:
         try:
@@ -251,6 +250,8 @@ def load(paths: Sequence[Path], plot: Path | None = None) -> BenchResult:
             raise UsageError(f"--report {path}: {exc.strerror or exc}") from exc
         except ValueError as exc:  # not JSON, or not a benchmark report
             raise UsageError(f"--report {path}: {exc}") from exc
+    if plot is not None:
+        check_plot(plot)
     return BenchResult(tuple(reports))
 
 

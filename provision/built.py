@@ -262,7 +262,7 @@ def export(found: Found, dest: Path) -> list[str]:
     env = found.env
     env.check_reviewed()
     dest = Path(dest)
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():  # a symlink, even one leading nowhere, is not ours
         raise UsageError(f"{dest} exists; export into a new directory")
     parent = dest.absolute().parent
     if not parent.is_dir():

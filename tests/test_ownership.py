@@ -172,6 +172,31 @@ def test_bench_plot_is_never_what_provision_did_not_make(case: str, tmp_path: Pa
         assert stat.S_ISCHR(os.stat(dest).st_mode)
 
 
+@pytest.mark.parametrize("case", sorted(OUTPUTS))
+def test_export_destination_is_never_what_provision_did_not_make(
+    case: str, index: Index, env: Env, tmp_path: Path
+) -> None:
+    make, _, _ = OUTPUTS[case]
+    env.lock(index.add("1.0"))
+    user = tmp_path / "user"
+    user.mkdir()
+    dest = make(user)
+    before = snapshot(user)
+    code, out = run_cli("export", env.name, str(dest), "--out", str(env.out))
+    assert code in (1, 2) and one_line(out), out
+    assert snapshot(user) == before
+
+
+def test_fleet_wheel_is_never_written_over_a_fifo(tmp_path: Path) -> None:
+    from provision.rollout import selfwheel
+
+    os.mkfifo(tmp_path / selfwheel.wheel_name())
+    before = snapshot(tmp_path)
+    code, out = run_cli("fleet", "--wheel", str(tmp_path))
+    assert code == 2 and "is a FIFO" in one_line(out), out
+    assert snapshot(tmp_path) == before
+
+
 # -- prefixes -----------------------------------------------------------------------------------
 
 
