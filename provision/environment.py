@@ -23,6 +23,7 @@ from provision.errors import InstallError, ProvisionError, StaleError, UsageErro
 from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, PathKind, resolve
 
 MANIFEST = "provision.json"
+RENDERED_LIMIT = 64 << 20  # a rendered file is a few KiB; a lock a few MB
 SCHEMA = 2
 LOCK_FILES: dict[str, str] = {
     "conda": "conda-lock.yml",
@@ -168,9 +169,12 @@ class EnvDir:
         changed = []
         for rel, sha in sorted(self.manifest.files.items()):
             try:
-                data = (self.root / rel).read_bytes()
+                data = diskread.read_bytes(self.root / rel, RENDERED_LIMIT)
             except OSError:
                 changed.append(f"{rel} (missing)")
+                continue
+            except diskread.Unreadable:  # a FIFO, a device, a folder, far too large
+                changed.append(f"{rel} (not a file provision rendered)")
                 continue
             if _sha256(data) != sha:
                 changed.append(rel)

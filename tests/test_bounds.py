@@ -267,3 +267,17 @@ def test_fleet_with_an_inventory_of_no_host_writes_nothing(
     assert sorted(p.relative_to(env.dir) for p in env.dir.rglob("*")) == before
     assert not reports.exists() and not (tmp_path / "fleet-reports").exists()
     assert registry.get(env.name) is None
+
+
+@pytest.mark.parametrize("case", ["a FIFO", "a link to /dev/zero", "a folder"])
+@pytest.mark.parametrize("rel", ["requirements.in", "requirements.lock"])
+def test_a_rendered_file_or_lock_that_never_ends_is_one_line(
+    case: str, rel: str, index: Index, env: Env
+) -> None:
+    make, _ = BAD[case]
+    env.lock(index.add("1.0"))
+    (env.dir / rel).unlink()
+    make(env.dir / rel)
+    done = provision("install", env.name, "--out", str(env.out))
+    assert rel in one_error(done), done.stderr
+    assert not env.prefix.exists()
