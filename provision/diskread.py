@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -91,35 +92,21 @@ def read_json(path: Path | str, limit: int = SMALL, depth: int = DEPTH) -> objec
     return loads_json(read_bytes(path, limit), str(path), depth)
 
 
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
 def _deeper_than(text: str, depth: int) -> bool:
-    """Whether brackets outside strings nest deeper than `depth` (a linear scan; strings are
-    skipped by finding their closing quote, so it costs little next to parsing)."""
+    """Whether brackets outside strings nest deeper than `depth` (one pass of a regular
+    expression over strings and brackets; the rest of the text is skipped by the scanner)."""
     if text.count("[") + text.count("{") <= depth:
         return False
     level = 0
-    i, n = 0, len(text)
-    find = text.find
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while True:
-                j = find('"', j)
-                if j < 0:
-                    return False  # unterminated string: json.loads says so
-                k = j - 1
-                while text[k] == "\\":
-                    k -= 1
-                if (j - 1 - k) % 2 == 0:
-                    break
-                j += 1
-            i = j + 1
-            continue
+    for m in _TOKENS.finditer(text):
+        c = m.group()
         if c in "[{":
             level += 1
             if level > depth:
                 return True
         elif c in "]}":
             level -= 1
-        i += 1
     return False
