@@ -462,3 +462,42 @@ def test_a_read_only_registry_stops_install_and_remove_before_they_change_anythi
     done = _read_only(folder, "install", other.name, "--out", str(other.out))
     assert done.returncode == 1 and "cannot write" in one_line(done.stderr), done.stderr
     assert not other.prefix.exists() and snapshot(folder) == before[1]
+
+
+# -- a bundle of a name that is already built here ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from bundletools import provision_wheelhouse
+
+    return provision_wheelhouse(tmp_path_factory.mktemp("provision-wheels"))
+
+
+def test_a_bundle_over_an_environment_of_its_name_from_other_inputs_asks_for_force(
+    index: Index, env: Env, wheelhouse: Path, tmp_path: Path
+) -> None:
+    from bundletools import provision_offline
+
+    env.lock(index.add("1.0"))
+    bundled = tmp_path / "out" / "tiny.bundle.tar"
+    code, out = run_cli("bundle", env.name, "--out", str(env.out), "-o", str(bundled), "-q",
+                        "--cache-dir", str(tmp_path / "cache"), "--provision-wheels",
+                        str(wheelhouse))  # fmt: skip
+    assert code == 0, out
+    env.lock(index.add("2.0"))  # the same name, built here from other inputs
+    prefix = installed(env)
+    before = snapshot(prefix), snapshot(env.home / "registry")
+    home = {"PROVISION_HOME": str(env.home)}
+    done = provision_offline("install", "--from-bundle", str(bundled), "--no-verify", env=home)
+    assert done.returncode == 2 and "--force" in one_line(done.stderr), done.stderr
+    assert (snapshot(prefix), snapshot(env.home / "registry")) == before
+    assert not (env.home / "bundled").exists()
+    done = provision_offline("install", "--from-bundle", str(bundled), "--no-verify", "--force",
+                             env=home)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = subprocess.run(
+        [prefix / "bin" / "python", "-c", "import provision_tiny as t; print(t.VERSION)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert shown == "1.0"
