@@ -158,12 +158,18 @@ def _kill(proc: subprocess.Popen[bytes], group: bool) -> None:
             proc.kill()
 
 
+OUTPUT_LIMIT = 64 << 20  # what is kept of one stream; the rest is read and dropped
+
+
 def _drain(pipe: Any, into: list[bytes]) -> None:
     import contextlib
 
+    kept = 0
     with contextlib.suppress(OSError, ValueError):
         while chunk := pipe.read1(1 << 16):
-            into.append(chunk)
+            if kept < OUTPUT_LIMIT:
+                into.append(chunk[: OUTPUT_LIMIT - kept])
+                kept += len(chunk)
 
 
 def _feed(pipe: Any, data: bytes) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision import _proc
+from provision import _proc, diskread
 from provision.environment import EnvDir
 from provision.errors import UsageError, VerifyError
 from provision.jsontypes import JSONObject
@@ -345,7 +345,7 @@ def run_smoke(
             argv, env=env, timeout=timeout * (2 * len(schema.CHECKS) + 2), check=False, group=True
         )
     try:
-        report = json.loads(done.stdout)
+        report = diskread.loads_json(done.stdout, "the smoke test's report")
     except ValueError:
         raise VerifyError(
             f"the smoke test printed no report (exit {done.returncode}): {done.last_line()[-300:]}"

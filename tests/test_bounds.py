@@ -281,3 +281,47 @@ def test_a_rendered_file_or_lock_that_never_ends_is_one_line(
     done = provision("install", env.name, "--out", str(env.out))
     assert rel in one_error(done), done.stderr
     assert not env.prefix.exists()
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+@pytest.mark.parametrize("own", [".provision-install.json", ".provision-install.files"])
+def test_a_prefix_s_own_files_that_never_end_never_hang_remove(
+    case: str, own: str, index: Index, env: Env
+) -> None:
+    make, _ = BAD[case]
+    env.lock(index.add("1.0"))
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 0, out
+    (env.prefix / own).unlink()
+    make(env.prefix / own)
+    listed = provision("list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    done = provision("remove", env.name)
+    assert "Traceback" not in done.stderr, done.stderr
+    if own.endswith(".json"):  # no marker that can be read: not provision's, left as it is
+        assert done.returncode == 0 and "no provision build marker" in done.stdout, done.stdout
+        assert (env.prefix / "bin" / "python").exists()
+    else:  # no list that can be read: nothing is known, so nothing is deleted without --force
+        assert "no list of the files" in one_error(done), done.stderr
+        assert (env.prefix / "bin" / "python").exists()
+
+
+@pytest.mark.parametrize(
+    "prints",
+    [
+        "head -c 200000000 /dev/zero",
+        "python3 -c \"print('[' * 100000 + ']' * 100000)\"",
+        "printf '\\377\\376{'",
+    ],
+    ids=["200 MB of zeros", "JSON 100,000 deep", "not UTF-8"],
+)
+def test_an_interpreter_that_prints_what_never_parses_is_one_line(
+    prints: str, tmp_path: Path
+) -> None:
+    # It answers the first question as Python would, then prints this instead of a report.
+    exe = _script(
+        tmp_path / "python",
+        f'case "$*" in *provision-ok*) echo provision-ok; exit 0;; esac\n{prints}\n',
+    )
+    done = provision("verify", "--python", str(exe), "--timeout", "5")
+    assert "printed no report" in one_error(done), done.stderr

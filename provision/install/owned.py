@@ -42,6 +42,7 @@ INSTALLER_TOP = frozenset(
     }
 )  # fmt: skip
 LIST_LIMIT = 256 * diskread.MIB
+LIST_HEADER = "# provision-install-files 1: what the build installed, one path a line\n"
 
 
 def walk(prefix: Path) -> Iterator[tuple[str, os.stat_result]]:
@@ -74,7 +75,7 @@ def record(prefix: Path) -> None:
         if path not in OWN
     )
     tmp = prefix / (FILES + ".tmp")
-    tmp.write_text("".join(n + "\n" for n in names), encoding="utf-8")
+    tmp.write_text(LIST_HEADER + "".join(n + "\n" for n in names), encoding="utf-8")
     os.replace(tmp, prefix / FILES)
 
 
@@ -84,7 +85,12 @@ def recorded(prefix: Path) -> set[str] | None:
         text = diskread.read_text(prefix / FILES, LIST_LIMIT)
     except (OSError, ValueError):
         return None
-    return set(text.splitlines())
+    if not text.startswith(LIST_HEADER):
+        return None  # not a list provision wrote: nothing is known
+    names = set(text[len(LIST_HEADER) :].splitlines())
+    if any(not n or "\0" in n or n.startswith("/") or ".." in n.split("/") for n in names):
+        return None
+    return names
 
 
 def _ours(path: str, is_dir: bool, listed: set[str]) -> bool:
