@@ -501,3 +501,18 @@ def test_a_bundle_over_an_environment_of_its_name_from_other_inputs_asks_for_for
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert shown == "1.0"
+
+
+def test_create_over_another_environment_s_prefix_writes_nothing(
+    index: Index, env: Env, tmp_path: Path
+) -> None:
+    env.lock(index.add("1.0"))
+    theirs = installed(env)
+    request = json.loads((env.dir / "provision.json").read_text())["request"]
+    out = tmp_path / "new-envs"
+    before = snapshot(theirs)
+    code, text = run_cli("create", "--tf", request["tf"], "--path", "pip", "--python",
+                         request["python"], "--name", "another", "--out", str(out),
+                         "--prefix", str(theirs))  # fmt: skip
+    assert code == 1 and f"where {env.name} is built" in text, text
+    assert snapshot(theirs) == before and not out.exists()
