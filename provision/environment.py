@@ -170,11 +170,8 @@ class EnvDir:
         for rel, sha in sorted(self.manifest.files.items()):
             try:
                 data = diskread.read_bytes(self.root / rel, RENDERED_LIMIT)
-            except OSError:
-                changed.append(f"{rel} (missing)")
-                continue
-            except diskread.Unreadable:  # a FIFO, a device, a folder, far too large
-                changed.append(f"{rel} (not a file provision rendered)")
+            except (OSError, diskread.Unreadable) as exc:  # gone; a FIFO, a device, a folder
+                changed.append(f"{rel} ({'missing' if isinstance(exc, OSError) else 'not a file'})")
                 continue
             if _sha256(data) != sha:
                 changed.append(rel)
@@ -235,10 +232,9 @@ def load(root: Path) -> EnvDir:
             f"{root} has no {MANIFEST}: render it first "
             f"(provision render --tf X.Y --name {root.name})"
         ) from None
-    except OSError as exc:
-        raise ManifestError(f"cannot read {manifest}: {exc.strerror}") from exc
-    except diskread.Unreadable as exc:
-        raise ManifestError(f"{exc}; re-render it") from exc
+    except (OSError, diskread.Unreadable) as exc:  # unreadable; a FIFO, a device, too large
+        why = f"cannot read {manifest}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+        raise ManifestError(f"{why}; re-render it") from exc
     try:
         parsed = Manifest.loads(text)
     except (ValueError, TypeError) as exc:
@@ -273,17 +269,17 @@ def find(name: str, out: Path | None = None) -> Found:
     """NAME as a user means it: OUT/NAME when --out is given, else the registry, else envs/NAME."""
     check_name(name)
     record = registry.get(name)
-    if out is None and record is not None and _there(Path(record.env_dir) / MANIFEST):
+    if out is None and record is not None and os.path.lexists(Path(record.env_dir) / MANIFEST):
         return Found(load(Path(record.env_dir)), record)
     base = out if out is not None else DEFAULT_OUT
     folder = base / name
-    if not _there(folder / MANIFEST) and out is None and record is not None:
+    if not os.path.lexists(folder / MANIFEST) and out is None and record is not None:
         raise UsageError(
             f"{name} is built at {record.prefix}, but the directory it was built from "
             f"({record.env_dir}) is gone; pass --out DIR where its envs/ is now, or forget it "
             f"with provision remove {name}"
         )
-    if not _there(folder / MANIFEST):
+    if not os.path.lexists(folder / MANIFEST):
         where = f"{out}" if out is not None else f"the registry (provision list) or {DEFAULT_OUT}/"
         known = sorted(
             {p.parent.name for p in _glob(base, f"*/{MANIFEST}")}
@@ -297,11 +293,6 @@ def find(name: str, out: Path | None = None) -> Found:
     env = load(folder)
     same = record is not None and Path(record.env_dir) == env.root.absolute()
     return Found(env, record if same else None)
-
-
-def _there(path: Path) -> bool:
-    """Something is at path (load says what is wrong with it when it is not a regular file)."""
-    return path.exists() or path.is_symlink()
 
 
 def built_at(python: Path | None, prefix: Path | None) -> EnvDir | None:

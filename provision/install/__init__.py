@@ -16,25 +16,36 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from provision import _proc, environment, registry, tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError, UsageError
 from provision.install import installers, owned
 from provision.install.installers import Installer, Offline
+from provision.install.place import (
+    NEW,
+    OLD,
+    State,
+    check_not_another,
+    finish_leftovers,
+    followed,
+    read_marker,
+    state_of,
+    write_marker,
+)
 from provision.progress import Event, Report, nothing
 from provision.steps import StepResult
 from provision.toolout import InstallerLines
 
 MARKER = owned.MARKER
 MARKER_SCHEMA = 2
+__all__ = ["NEW", "OLD", "State", "check_not_another", "finish_leftovers", "followed",
+           "read_marker", "state_of"]  # fmt: skip
 LOCK_WAIT_S = 5.0
 
 
@@ -80,51 +91,6 @@ def inputs_digest(env: EnvDir) -> str:
     for f in (env.lock, env.root / environment.RUNTIME):
         h.update(f.name.encode() + b"\0" + (f.read_bytes() if f.is_file() else b"-") + b"\0")
     return h.hexdigest()
-
-
-# -- markers ---------------------------------------------------------------------------------
-
-State = Literal["absent", "foreign", "building", "stale", "complete"]
-
-
-def read_marker(prefix: Path) -> dict[str, object] | None:
-    from provision import diskread
-
-    try:
-        data = diskread.read_json(prefix / MARKER, diskread.MIB)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def state_of(prefix: Path, digest: str | None = None) -> State:
-    """absent (nothing there), foreign (not ours), building (never finished), stale, complete."""
-    try:
-        if not prefix.exists():
-            return "absent"
-        marker = read_marker(prefix)
-        if marker is None:
-            if not prefix.is_dir():
-                return "foreign"
-            names = {p.name for p in prefix.iterdir()}
-            if names == {MARKER + ".tmp"}:
-                return "building"  # killed while writing its first marker
-            return "foreign" if names else "absent"
-    except OSError as exc:
-        raise InstallError(f"cannot read {prefix}: {exc.strerror}") from exc
-    if marker.get("state") != "complete":
-        return "building"
-    if digest is not None and marker.get("inputs_sha256") != digest:
-        return "stale"
-    return "complete"
-
-
-def _write_marker(prefix: Path, data: Mapping[str, object]) -> None:
-    tmp = prefix / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(dict(data), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, prefix / MARKER)
 
 
 def is_installed(env: EnvDir, prefix: Path) -> bool:
@@ -188,38 +154,6 @@ def check_prefix(target: Path) -> None:
     if target.is_dir() and not os.access(target, os.W_OK | os.X_OK):
         raise InstallError(f"--prefix {target} is not writable; choose another place")
     registry.writable()  # a build that could not be registered would be half done
-
-
-def followed(target: Path) -> Path:
-    """A prefix given as a symlink is the folder it leads to (never replaced by one of ours); a
-    symlink that leads nowhere, or in a loop, is refused."""
-    if not target.is_symlink() and not any(p.is_symlink() for p in target.parents):
-        return target
-    try:
-        real = Path(os.path.realpath(target, strict=True))
-    except OSError:
-        if target.is_symlink():
-            raise UsageError(
-                f"--prefix {target} is a symlink that leads nowhere (or in a loop); provision "
-                "will not replace it: give the folder it should lead to"
-            ) from None
-        return target  # a prefix still to be made, under real folders reached through a link
-    return real
-
-
-def check_not_another(name: str, target: Path) -> None:
-    """A prefix that another registered environment lives in (or holds, or is inside) is that
-    environment's: building there would wipe it while its record still points at it."""
-    real = Path(os.path.realpath(target))
-    for other, rec in registry.records():
-        if other == name or isinstance(rec, str):
-            continue
-        theirs = Path(os.path.realpath(rec.prefix))
-        if real == theirs or theirs in real.parents or real in theirs.parents:
-            raise InstallError(
-                f"--prefix {target} is where {other} is built ({rec.prefix}); provision will not "
-                f"build {name} over it: choose another --prefix (or `provision remove {other}`)"
-            )
 
 
 def _check_lock(env: EnvDir) -> None:
@@ -420,7 +354,7 @@ def _build(
     }
     try:
         if kept:
-            _write_marker(target, record)
+            write_marker(target, record)
         else:
             # The prefix appears only with its marker in it: a kill at any point leaves either
             # nothing, or a directory marked as ours and unfinished.
@@ -430,14 +364,14 @@ def _build(
                     f"{staging} is in the way and is not provision's; move it, then re-run"
                 )
             staging.mkdir(parents=True)
-            _write_marker(staging, record)
+            write_marker(staging, record)
             staging.rename(target)
         if env.path == "conda":
             used = installers.build_conda(env, target, solver, lock_fd, offline, report)
         else:
             used = installers.build_pip(env, target, installer, lock_fd, offline, report)
         owned.record(target)
-        _write_marker(target, {**record, "state": "complete", "installer": used})
+        write_marker(target, {**record, "state": "complete", "installer": used})
     except BaseException:
         if kept:
             owned.delete(target, keep_folder=True, mode="whole")  # empty when this run began
@@ -448,42 +382,6 @@ def _build(
         raise
     owned.delete_tree(old)
     return used
-
-
-OLD = ".provision-old"  # a complete environment kept while its replacement is built
-NEW = ".provision-new"  # a prefix being made, with its marker, before it is renamed into place
-
-
-def finish_leftovers(target: Path) -> None:
-    """What a run killed while replacing or making target left beside it: the old environment is
-    put back when nothing replaced it, and deleted when something did; an unfinished new one is
-    deleted. Only what holds provision's marker for this very prefix is touched."""
-    for suffix in (NEW, OLD):
-        left = target.with_name(target.name + suffix)
-        if not left.is_dir() or left.is_symlink():
-            continue
-        marker = read_marker(left)
-        if marker is None:
-            # Killed before its first marker was in place, or after its last file was gone.
-            with contextlib.suppress(OSError):
-                if set(os.listdir(left)) <= {MARKER + ".tmp"}:
-                    (left / (MARKER + ".tmp")).unlink(missing_ok=True)
-                    left.rmdir()
-            continue
-        if marker.get("prefix", str(target)) != str(target):
-            continue
-        if suffix == NEW:
-            owned.delete_tree(left)
-            continue
-        # OLD: the environment that worked before a rebuild that never finished goes back.
-        now = state_of(target)
-        if now == "complete":
-            owned.delete_tree(left)
-        elif now == "absent" and not target.is_symlink():
-            left.rename(target)  # killed between moving the old one away and the new one in
-        elif now == "building" and not (read_marker(target) or {}).get("existed"):
-            owned.delete_tree(target)
-            left.rename(target)
 
 
 def system_script() -> Path:
