@@ -103,37 +103,130 @@ def run(
     capture: bool = True,
     input: str | None = None,
     keep_fds: Sequence[int] = (),
+    group: bool = False,
 ) -> Completed:
     """Run argv; ProvisionError naming the command on a missing program, a timeout, or a failure.
 
     The child dies with provision. keep_fds stay open in it (and in what it starts): a build lock
-    held this way stays held while any of them lives."""
+    held this way stays held while any of them lives. `timeout` is the one deadline for all of
+    it: a child that exits while something it started still holds its output is waited on for a
+    moment (PIPE_GRACE_S), not for as long as that lives. group: the child gets a process group
+    of its own, and the whole group is killed when the deadline passes (what a program under test
+    starts, which may hang in any way)."""
+    import time
+
     args = tuple(os.fspath(a) for a in argv)
+    deadline = time.monotonic() + timeout
     try:
-        proc = subprocess.run(
+        options: dict[str, Any] = _child_options(env, keep_fds)
+        if group:
+            options["process_group"] = 0
+        proc: subprocess.Popen[bytes] = subprocess.Popen(
             args,
             cwd=cwd,
-            timeout=timeout,
-            text=True,
-            errors="replace",  # a program's bytes that are not UTF-8 are shown, never fatal
-            input=input,
+            stdin=subprocess.PIPE if input is not None else None,
             stdout=subprocess.PIPE if capture else None,
             stderr=subprocess.PIPE if capture else None,
-            check=False,
-            **_child_options(env, keep_fds),
+            **options,
         )
     except OSError as exc:
         raise _not_started(args[0], exc) from exc
+    try:
+        out, err = _communicate(proc, input, deadline, group)
     except subprocess.TimeoutExpired as exc:
         raise ProvisionError(
             f"{' '.join(args[:3])} ... did not finish within {timeout:g} s"
         ) from exc
-    done = Completed(args, proc.returncode, proc.stdout or "", proc.stderr or "")
+    done = Completed(args, proc.returncode, out, err)
     if check and not done:
         raise ProvisionError(
             f"{Path(args[0]).name} failed (exit {done.returncode}): {done.last_line()}"
         )
     return done
+
+
+PIPE_GRACE_S = 2.0  # how long output is still read after the child itself has exited
+
+
+def _kill(proc: subprocess.Popen[bytes], group: bool) -> None:
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
+
+
+OUTPUT_LIMIT = 64 << 20  # what is kept of one stream; the rest is read and dropped
+
+
+def _drain(pipe: Any, into: list[bytes]) -> None:
+    import contextlib
+
+    kept = 0
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := pipe.read1(1 << 16):
+            if kept < OUTPUT_LIMIT:
+                into.append(chunk[: OUTPUT_LIMIT - kept])
+                kept += len(chunk)
+
+
+def _feed(pipe: Any, data: bytes) -> None:
+    import contextlib
+
+    with contextlib.suppress(OSError, ValueError):
+        pipe.write(data)
+    with contextlib.suppress(OSError, ValueError):
+        pipe.close()
+
+
+def _communicate(
+    proc: subprocess.Popen[bytes], input: str | None, deadline: float, group: bool
+) -> tuple[str, str]:
+    """Output of proc, read until it exits and its pipes close, by `deadline` (TimeoutExpired
+    after killing it). Once the child has exited, output is read for PIPE_GRACE_S more: what it
+    started and left holding the pipes is not waited for (killed, when it is in the group)."""
+    import threading
+    import time
+
+    out: list[bytes] = []
+    err: list[bytes] = []
+    threads = [
+        threading.Thread(target=_drain, args=(pipe, into), daemon=True)
+        for pipe, into in ((proc.stdout, out), (proc.stderr, err))
+        if pipe is not None
+    ]
+    if input is not None:
+        threads.append(
+            threading.Thread(target=_feed, args=(proc.stdin, input.encode()), daemon=True)
+        )
+    for th in threads:
+        th.start()
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill(proc, group)
+        proc.wait()
+        raise
+    except BaseException:  # KeyboardInterrupt: the child (and its group) goes with us
+        _kill(proc, group)
+        proc.wait()
+        raise
+    end = min(deadline, time.monotonic() + PIPE_GRACE_S)
+    for th in threads:
+        th.join(max(0.0, end - time.monotonic()))
+    if group and any(th.is_alive() for th in threads):
+        _kill(proc, group)  # the group outlived its leader, holding the pipes
+        for th in threads:
+            th.join(PIPE_GRACE_S)
+    for pipe, th in zip((proc.stdout, proc.stderr), threads, strict=False):
+        if pipe is not None and not th.is_alive():
+            pipe.close()
+    return (
+        b"".join(out).decode("utf-8", errors="replace"),
+        b"".join(err).decode("utf-8", errors="replace"),
+    )
 
 
 def stream(

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypedDict
 
-from provision import _proc
+from provision import _proc, diskread
 from provision.errors import ProvisionError, UsageError
 from provision.payload import bench_schema
 from provision.payload_app import payload_argv
 from provision.progress import Event, Report, human_seconds, nothing
 
+REPORT_LIMIT = 64 << 20  # a saved report set; one report is a few KiB
 LONG_S = 600.0  # a configuration expected to take longer than this is warned about
 
 
@@ -90,7 +91,7 @@ def bench_argv(python: Path, options: Mapping[str, object], json_out: Path) -> l
             continue
         flag = "--" + key.replace("_", "-")
         args += [flag] if value is True else [flag, str(value)]
-    return payload_argv(python, "bench", args)
+    return payload_argv(python, "bench", args, json_out.parent)
 
 
 def check_plot(plot: Path) -> None:
@@ -239,24 +240,28 @@ def _one(
             raise BenchError(
                 f"the benchmark failed (exit {done.returncode}): {done.last_line()[-300:]}"
             )
-        data = json.loads(report_file.read_text(encoding="utf-8"))
+        try:
+            data = diskread.read_json(report_file, REPORT_LIMIT)
+        except (OSError, ValueError) as exc:
+            raise BenchError(f"the benchmark wrote a report that cannot be read: {exc}") from exc
     if not isinstance(data, dict):
         raise BenchError(f"the benchmark wrote a report that is no JSON object: {data!r:.100}")
     return data
 
 
 def load(paths: Sequence[Path], plot: Path | None = None) -> BenchResult:
-    """Saved reports (any schema, one report or a set per file), shown as one result."""
-    if plot is not None:
-        check_plot(plot)
+    """Saved reports (any schema, one report or a set per file), shown as one result. The reports
+    are judged before matplotlib is imported for --plot (an import that writes its caches)."""
     reports: list[dict[str, object]] = []
     for path in paths:
         try:
-            reports += bench_schema.read(json.loads(Path(path).read_text(encoding="utf-8")))
+            reports += bench_schema.read(diskread.read_json(path, REPORT_LIMIT))
         except OSError as exc:
             raise UsageError(f"--report {path}: {exc.strerror or exc}") from exc
         except ValueError as exc:  # not JSON, or not a benchmark report
             raise UsageError(f"--report {path}: {exc}") from exc
+    if plot is not None:
+        check_plot(plot)
     return BenchResult(tuple(reports))
 
 

@@ -70,39 +70,96 @@ class Removed:
     deleted_prefix: bool
     kept_because: str
     kernel: str | None
+    freed: int = 0  # bytes the file system got back
+    kept: tuple[str, ...] = ()  # the user's files, left in the prefix (with --force)
 
 
-def remove(name: str, *, keep_prefix: bool = False) -> Removed:
-    """Forget NAME and delete its prefix, only when provision built it (its marker says so)."""
-    from provision import install
-
+def remove(name: str, *, keep_prefix: bool = False, force: bool = False) -> Removed:
+    """Forget NAME and delete what its installer put in its prefix, only when the prefix is the
+    one provision built for NAME (its marker says so). Files provision did not install refuse the
+    removal, naming them; with `force` they are kept and named, and the rest is deleted."""
     environment.check_name(name)
     record = registry.get(name)
     if record is None:
         raise UsageError(f"{name} is not registered on this machine (provision list shows what is)")
+    registry.writable()  # before anything is deleted: the record must be removable too
     prefix = Path(record.prefix)
-    why = ""
-    deleted = False
-    if keep_prefix:
-        why = "--keep-prefix"
-    elif not record.owned:
-        why = "its system install script made it; remove it by hand"
-    elif not prefix.exists():
-        why = "it was already gone"
-    elif install.read_marker(prefix) is None:
-        why = "it has no provision build marker: not provision's"
-    else:
+    why = _kept_because(name, record, prefix, keep_prefix)
+    deleted = None
+    if not why:
+        from provision.install import finish_leftovers, owned
+
+        finish_leftovers(prefix)
+        marker = _marker(prefix)
+        existed = bool(marker.get("existed"))
+        mode: owned.Mode = "listed"
+        if marker.get("state") != "complete":  # a build that never finished: no list yet
+            mode = "installer" if existed else "whole"
+            theirs = owned.foreign_top(prefix) if existed else []
+        else:
+            theirs = owned.foreign(prefix)
+            if owned.recorded(prefix) is None:
+                mode = "whole"
+                if not force:
+                    raise InstallError(
+                        f"{prefix} has no list of the files provision installed (an older "
+                        f"provision built it); nothing was removed: `provision remove {name} "
+                        "--force` deletes the whole folder"
+                    )
+        if theirs and not force:
+            raise InstallError(
+                f"{prefix} holds files provision did not install ({owned.shown(theirs)}); "
+                f"nothing was removed: move them out, or `provision remove {name} --force` "
+                "deletes what provision installed and keeps them"
+            )
         try:
-            shutil.rmtree(prefix)
+            deleted = owned.delete(prefix, keep_folder=existed, mode=mode)
         except OSError as exc:
             raise InstallError(f"cannot remove {prefix}: {exc.strerror}") from exc
-        deleted = True
     kernel = _remove_kernel(name)
     registry.forget(name)
     from provision.drift import store
 
     store.forget(name)
-    return Removed(name, str(prefix), deleted, why, kernel)
+    return Removed(
+        name, str(prefix), deleted is not None, why, kernel,
+        deleted.freed if deleted else 0, tuple(deleted.kept) if deleted else (),
+    )  # fmt: skip
+
+
+def _marker(prefix: Path) -> dict[str, object]:
+    from provision import install
+
+    return install.read_marker(prefix) or {}
+
+
+def _kept_because(name: str, record: registry.Record, prefix: Path, keep_prefix: bool) -> str:
+    """Why NAME's prefix is left as it is, or "" when it is NAME's own to delete: built by
+    provision, for NAME, at this very place, and no other environment's."""
+    if keep_prefix:
+        return "--keep-prefix"
+    if not record.owned:
+        return "its system install script made it; remove it by hand"
+    if not prefix.exists() and not prefix.is_symlink():
+        return "it was already gone"
+    if prefix.is_symlink() or not prefix.is_dir():
+        return "it is not a folder provision made"
+    marker = _marker(prefix)
+    if not marker:
+        return "it has no provision build marker: not provision's"
+    if marker.get("name", name) != name:
+        return f"its marker says it is {marker.get('name')!r}'s, not {name}'s"
+    if marker.get("prefix", str(prefix)) != str(prefix):
+        return f"its marker says it was built at {marker.get('prefix')}: a copy, not provision's"
+    if not (Path(record.interpreter).parent.parent == prefix or not record.interpreter):
+        return "its record names an interpreter elsewhere"
+    real = Path(os.path.realpath(prefix))
+    for other, rec in registry.records():
+        if other != name and not isinstance(rec, str):
+            theirs = Path(os.path.realpath(rec.prefix))
+            if theirs == real or theirs in real.parents or real in theirs.parents:
+                return f"it is where {other} is built too"
+    return ""
 
 
 # -- run ---------------------------------------------------------------------------------------
@@ -208,7 +265,7 @@ def export(found: Found, dest: Path) -> list[str]:
     env = found.env
     env.check_reviewed()
     dest = Path(dest)
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():  # a symlink, even one leading nowhere, is not ours
         raise UsageError(f"{dest} exists; export into a new directory")
     parent = dest.absolute().parent
     if not parent.is_dir():

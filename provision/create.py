@@ -142,9 +142,11 @@ def create(
         raise UsageError("--channel applies to the conda path only")
     # Everything that can be checked is checked before the first file is written.
     if prefix is not None:
-        install_mod.check_prefix(Path(prefix).absolute())
+        target = install_mod.followed(Path(prefix).absolute())
+        install_mod.check_prefix(target)
+        install_mod.check_not_another(env_spec.name, target)
     else:
-        registry.usable_home()
+        registry.writable()
     made = [d for d in (Path(out), Path(out) / env_spec.name) if not d.exists()]
     try:
         _steps(result, _named(env_spec.name, out), [

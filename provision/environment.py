@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from provision import _proc, records, registry
+from provision import _proc, diskread, records, registry
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
 from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, PathKind, resolve
 
 MANIFEST = "provision.json"
+RENDERED_LIMIT = 64 << 20  # a rendered file is a few KiB; a lock a few MB
 SCHEMA = 2
 LOCK_FILES: dict[str, str] = {
     "conda": "conda-lock.yml",
@@ -102,7 +103,7 @@ class Manifest:
 
     @classmethod
     def loads(cls, text: str) -> Manifest:
-        data = json.loads(text)
+        data = diskread.loads_json(text, MANIFEST)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
         schema = data.get("schema")
@@ -171,9 +172,9 @@ class EnvDir:
         changed = []
         for rel, sha in sorted(self.manifest.files.items()):
             try:
-                data = (self.root / rel).read_bytes()
-            except OSError:
-                changed.append(f"{rel} (missing)")
+                data = diskread.read_bytes(self.root / rel, RENDERED_LIMIT)
+            except (OSError, diskread.Unreadable) as exc:  # gone; a FIFO, a device, a folder
+                changed.append(f"{rel} ({'missing' if isinstance(exc, OSError) else 'not a file'})")
                 continue
             if _sha256(data) != sha:
                 changed.append(rel)
@@ -230,14 +231,15 @@ def load(root: Path) -> EnvDir:
     root = Path(root)
     manifest = root / MANIFEST
     try:
-        text = manifest.read_text(encoding="utf-8")
+        text = diskread.read_text(manifest)
     except (FileNotFoundError, NotADirectoryError):
         raise ManifestError(
             f"{root} has no {MANIFEST}: render it first "
             f"(provision render --tf X.Y --name {root.name})"
         ) from None
-    except OSError as exc:
-        raise ManifestError(f"cannot read {manifest}: {exc.strerror}") from exc
+    except (OSError, diskread.Unreadable) as exc:  # unreadable; a FIFO, a device, too large
+        why = f"cannot read {manifest}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+        raise ManifestError(f"{why}; re-render it") from exc
     try:
         parsed = Manifest.loads(text)
     except (ValueError, TypeError) as exc:
@@ -272,17 +274,17 @@ def find(name: str, out: Path | None = None) -> Found:
     """NAME as a user means it: OUT/NAME when --out is given, else the registry, else envs/NAME."""
     check_name(name)
     record = registry.get(name)
-    if out is None and record is not None and (Path(record.env_dir) / MANIFEST).is_file():
+    if out is None and record is not None and os.path.lexists(Path(record.env_dir) / MANIFEST):
         return Found(load(Path(record.env_dir)), record)
     base = out if out is not None else DEFAULT_OUT
     folder = base / name
-    if not (folder / MANIFEST).is_file() and out is None and record is not None:
+    if not os.path.lexists(folder / MANIFEST) and out is None and record is not None:
         raise UsageError(
             f"{name} is built at {record.prefix}, but the directory it was built from "
             f"({record.env_dir}) is gone; pass --out DIR where its envs/ is now, or forget it "
             f"with provision remove {name}"
         )
-    if not (folder / MANIFEST).is_file():
+    if not os.path.lexists(folder / MANIFEST):
         where = f"{out}" if out is not None else f"the registry (provision list) or {DEFAULT_OUT}/"
         known = sorted(
             {p.parent.name for p in _glob(base, f"*/{MANIFEST}")}

@@ -5,6 +5,7 @@ any slow work starts."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from provision.errors import ProvisionError, UsageError
@@ -54,6 +55,35 @@ def writable_target(path: Path, flag: str) -> None:
         raise UsageError(f"{flag} {path}: {parent} is a file, not a folder")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ProvisionError(f"{flag} {path}: {parent} is not writable; choose another place")
+
+
+def output_file(path: Path, flag: str, force: bool) -> None:
+    """A file provision will write at path (a bundle, a plot, a report): a path that is not there,
+    or with `force` a regular file (replaced whole). Never a folder, a device, a FIFO or a socket,
+    even with `force` (as root, replacing /dev/full would replace the device node), and never a
+    symlink that leads nowhere. Checked before the work that produces it, and again just before
+    the file is renamed into place."""
+    from provision.diskread import kind
+
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise UsageError(
+                f"{flag} {path} is a symlink that leads nowhere; provision will not replace it"
+            ) from None
+        writable_target(path, flag)
+        return
+    except OSError as exc:  # a symlink loop, a name too long, a folder we may not enter
+        raise UsageError(f"{flag} {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(
+            f"{flag} {path} is {kind(st.st_mode)}; provision writes only regular files of its own"
+        )
+    if not force:
+        raise UsageError(f"{flag} {path} exists; provision will not overwrite it without --force")
+    writable_target(path, flag)
 
 
 def templates_dir() -> Path:

@@ -92,30 +92,16 @@ def write_zipapp(dest: Path) -> Path:
     return dest
 
 
-def _is_current(path: Path, data: bytes) -> bool:
-    """The file holds exactly `data`, and only this user can change it."""
-    try:
-        st = path.lstat()
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return False
-        return path.read_bytes() == data
-    except OSError:
-        return False
-
-
-def zipapp() -> Path:
-    """The zipapp of the current sources in the cache, built first when missing or not as it
-    must be (another writer's file is never trusted: each user has their own name)."""
-    members = _members()
-    data = _zip_bytes(members)
-    name = f"provision-payload-{os.getuid()}-{_digest(members)[:16]}.pyz"
-    path = Path(tempfile.gettempdir()) / name
-    if not _is_current(path, data):
-        _write_atomic(path, data, 0o644)
+def zipapp(folder: Path) -> Path:
+    """The zipapp of the current sources, written into `folder`: the temporary folder of the one
+    run that uses it, removed with it (nothing of provision's stays in the system's temp dir)."""
+    path = Path(folder) / "provision-payload.pyz"
+    _write_atomic(path, _zip_bytes(_members()), 0o644)
     return path
 
 
-def payload_argv(python: Path, program: Program, args: Sequence[str]) -> list[str]:
-    """`python -I <zipapp> PROGRAM ARGS...`: -I so that neither the working directory nor
-    PYTHONPATH nor the user's site-packages can shadow the payload or what it tests."""
-    return [str(python), "-I", str(zipapp()), program, *args]
+def payload_argv(python: Path, program: Program, args: Sequence[str], folder: Path) -> list[str]:
+    """`python -I <zipapp> PROGRAM ARGS...`, the zipapp in `folder` (the run's own temporary
+    folder): -I so that neither the working directory nor PYTHONPATH nor the user's
+    site-packages can shadow the payload or what it tests."""
+    return [str(python), "-I", str(zipapp(folder)), program, *args]

@@ -19,6 +19,7 @@ from provision.errors import ProvisionError
 from provision.records import read as read_record  # `records` here is the listing below
 
 RECORD_SCHEMA = 1
+RECORD_LIMIT = 1 << 20  # a record is about 1 KiB
 
 
 class RegistryError(ProvisionError):
@@ -85,6 +86,27 @@ def usable_home() -> Path:
     return _usable_home()
 
 
+def writable() -> Path:
+    """PROVISION_HOME, checked by really writing (a read-only mount stops root too, and os.access
+    does not see it): before a build or a removal that ends by changing the registry, so that a
+    registry that cannot change stops it before anything else did (RegistryError)."""
+    base = _usable_home()
+    folder = _folder()
+    probe = next((p for p in (folder, base, *base.parents) if p.exists()), None)
+    if probe is None:
+        return base
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".provision-probe.", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise RegistryError(
+            f"PROVISION_HOME {base}: cannot write into {probe} ({exc.strerror}); nothing was "
+            "changed"
+        ) from exc
+    return base
+
+
 def _folder() -> Path:
     return home() / "registry"
 
@@ -135,14 +157,18 @@ def _path(name: str) -> Path:
 
 
 def get(name: str) -> Record | None:
+    from provision import diskread
+
     try:
-        text = _path(name).read_text(encoding="utf-8")
+        data = diskread.read_json(_path(name), RECORD_LIMIT)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         raise RegistryError(f"cannot read {_path(name)}: {exc.strerror}") from exc
+    except diskread.Unreadable as exc:
+        raise RegistryError(f"{exc}; remove it") from exc
     try:
-        return Record.from_json(json.loads(text))
+        return Record.from_json(data)
     except (ValueError, TypeError) as exc:
         raise RegistryError(
             f"{_path(name)} is not a provision registry record ({exc}); remove it"

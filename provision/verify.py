@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision import _proc
+from provision import _proc, diskread
 from provision.environment import EnvDir
 from provision.errors import UsageError, VerifyError
 from provision.jsontypes import JSONObject
@@ -308,7 +308,28 @@ def smoke_argv(
     args = ["--json", "--timeout", f"{timeout:g}", "--expected", str(expected_file)]
     if require_gpu:
         args.append("--require-gpu")
-    return payload_argv(python, "smoke", args)
+    return payload_argv(python, "smoke", args, expected_file.parent)
+
+
+def _answers(python: Path, env: Mapping[str, str] | None, timeout: float) -> None:
+    """The interpreter starts and answers within one check's deadline (an interpreter that never
+    answers is told apart from a slow smoke test before the long deadline starts)."""
+    from provision.errors import ProvisionError
+
+    try:
+        done = _proc.run(
+            [str(python), "-I", "-c", "print('provision-ok')"], env=env, timeout=timeout,
+            check=False, group=True,
+        )  # fmt: skip
+    except ProvisionError as exc:
+        raise VerifyError(
+            f"{python} did not answer within {timeout:g} s (--timeout); is it a Python interpreter?"
+        ) from exc
+    if "provision-ok" not in done.stdout:
+        raise VerifyError(
+            f"{python} is not a working Python interpreter (exit {done.returncode}): "
+            f"{done.last_line()[-300:]}"
+        )
 
 
 def run_smoke(
@@ -331,10 +352,14 @@ def run_smoke(
         argv = smoke_argv(
             Path(python), timeout=timeout, require_gpu=require_gpu, expected_file=expected_file
         )
-        # Each check may use its deadline, and a hang costs a fresh TensorFlow start besides.
-        done = _proc.run(argv, env=env, timeout=timeout * (2 * len(schema.CHECKS) + 2), check=False)
+        _answers(Path(python), env, timeout)
+        # Each check may use its deadline, and a hang costs a fresh TensorFlow start besides; the
+        # whole process group goes when this one deadline passes.
+        done = _proc.run(
+            argv, env=env, timeout=timeout * (2 * len(schema.CHECKS) + 2), check=False, group=True
+        )
     try:
-        report = json.loads(done.stdout)
+        report = diskread.loads_json(done.stdout, "the smoke test's report")
     except ValueError:
         raise VerifyError(
             f"the smoke test printed no report (exit {done.returncode}): {done.last_line()[-300:]}"

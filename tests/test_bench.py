@@ -386,7 +386,7 @@ def payload_report(python: Path, tmp_path: Path, *args: str, **env: str) -> dict
 
     out = tmp_path / "report.json"
     done = subprocess.run(
-        payload_argv(python, "bench", ["--json", str(out), *args]),
+        payload_argv(python, "bench", ["--json", str(out), *args], tmp_path),
         capture_output=True, text=True, timeout=900, env={**os.environ, **env},
     )  # fmt: skip
     assert out.is_file(), done.stderr[-3000:]

@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -200,7 +199,7 @@ def test_the_payload_imports_only_itself_and_the_standard_library() -> None:
 def test_the_zipapp_is_the_same_bytes_every_time(tmp_path: Path) -> None:
     one = payload_app.write_zipapp(tmp_path / "a" / "smoke-test.pyz")
     two = payload_app.write_zipapp(tmp_path / "b" / "smoke-test.pyz")
-    assert one.read_bytes() == two.read_bytes() == payload_app.zipapp().read_bytes()
+    assert one.read_bytes() == two.read_bytes() == payload_app.zipapp(tmp_path).read_bytes()
     assert one.read_bytes().startswith(b"#!/usr/bin/env python3\n")
     assert os.access(one, os.X_OK)
     with zipfile.ZipFile(one) as zf:
@@ -211,40 +210,18 @@ def test_the_zipapp_is_the_same_bytes_every_time(tmp_path: Path) -> None:
     assert re.fullmatch(r"[0-9a-f]{64}", payload_app.digest())
 
 
-@pytest.fixture
-def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A temporary folder of this test's own, so that the shared cache file is never damaged."""
-    import tempfile
-
-    cache = tmp_path / "tmp"
-    cache.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(cache))
-    return cache
+def test_the_zipapp_goes_into_the_run_s_own_folder(tmp_path: Path) -> None:
+    path = payload_app.zipapp(tmp_path)
+    assert (
+        path.parent == tmp_path and path.read_bytes() == payload_app.zipapp(tmp_path).read_bytes()
+    )
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
 
 
-def test_the_cache_is_keyed_by_content_and_rebuilt_when_damaged(own_cache: Path) -> None:
-    path = payload_app.zipapp()
-    assert path.parent == own_cache
-    assert payload_app.digest()[:16] in path.name
-    good = path.read_bytes()
-    path.write_bytes(b"not a zipapp")
-    assert payload_app.zipapp() == path and path.read_bytes() == good
-    path.unlink()
-    assert payload_app.zipapp().read_bytes() == good
-
-
-def test_concurrent_runs_share_one_cache_file(own_cache: Path) -> None:
-    path = payload_app.zipapp()
-    path.unlink()
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        paths = set(pool.map(lambda _: payload_app.zipapp(), range(32)))
-    assert paths == {path}
-    assert [p.name for p in own_cache.iterdir()] == [path.name]  # no temporary file left behind
-
-
-def test_payload_argv_runs_isolated() -> None:
-    argv = payload_app.payload_argv(Path("/env/bin/python"), "bench", ["--gpus", "2"])
-    assert argv == ["/env/bin/python", "-I", str(payload_app.zipapp()), "bench", "--gpus", "2"]
+def test_payload_argv_runs_isolated(tmp_path: Path) -> None:
+    argv = payload_app.payload_argv(Path("/env/bin/python"), "bench", ["--gpus", "2"], tmp_path)
+    assert argv == ["/env/bin/python", "-I", str(tmp_path / "provision-payload.pyz"), "bench",
+                    "--gpus", "2"]  # fmt: skip
 
 
 def test_the_working_directory_cannot_shadow_the_payload(tmp_path: Path) -> None:
@@ -252,7 +229,9 @@ def test_the_working_directory_cannot_shadow_the_payload(tmp_path: Path) -> None
     (tmp_path / "provision_payload" / "__init__.py").write_text("raise SystemExit('shadowed')\n")
     (tmp_path / "json.py").write_text("raise SystemExit('shadowed')\n")
     done = subprocess.run(
-        payload_app.payload_argv(Path(sys.executable), "smoke", ["--json", "--checks", "xla"]),
+        payload_app.payload_argv(
+            Path(sys.executable), "smoke", ["--json", "--checks", "xla"], tmp_path
+        ),
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -273,10 +252,10 @@ def _python(version: str) -> str:
 
 
 @pytest.mark.parametrize("version", PYTHONS)
-def test_the_zipapp_runs_without_tensorflow(version: str) -> None:
+def test_the_zipapp_runs_without_tensorflow(version: str, tmp_path: Path) -> None:
     python = _python(version)
     done = subprocess.run(
-        payload_app.payload_argv(Path(python), "smoke", ["--json"]),
+        payload_app.payload_argv(Path(python), "smoke", ["--json"], tmp_path),
         capture_output=True,
         text=True,
         timeout=120,
@@ -289,7 +268,7 @@ def test_the_zipapp_runs_without_tensorflow(version: str) -> None:
     assert "TensorFlow could not be imported" in first["reason"]
     assert "No module named 'tensorflow'" in first["reason"]
     bench = subprocess.run(
-        payload_app.payload_argv(Path(python), "bench", ["--gpus", "x"]),
+        payload_app.payload_argv(Path(python), "bench", ["--gpus", "x"], tmp_path),
         capture_output=True,
         text=True,
         timeout=120,
@@ -300,8 +279,8 @@ def test_the_zipapp_runs_without_tensorflow(version: str) -> None:
     )
 
 
-def test_usage_of_the_zipapp() -> None:
-    zipapp = str(payload_app.zipapp())
+def test_usage_of_the_zipapp(tmp_path: Path) -> None:
+    zipapp = str(payload_app.zipapp(tmp_path))
     for argv, code, words in (
         ([], 2, "{smoke,bench}"),
         (["nope"], 2, "{smoke,bench}"),

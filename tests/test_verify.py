@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -48,13 +49,14 @@ FAULT_VAR = "PROVISION_SMOKE_FAULT"  # the payload's fault injection: hang:<chec
 
 def run_smoke(python: str | Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
     """The payload's smoke test with `python`, as verify runs it; (exit status, JSON report)."""
-    done = subprocess.run(
-        payload_argv(Path(python), "smoke", ["--json", *args]),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-    )
+    with tempfile.TemporaryDirectory(prefix="provision-test-") as folder:
+        done = subprocess.run(
+            payload_argv(Path(python), "smoke", ["--json", *args], Path(folder)),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, **(env or {})},
+        )
     return done.returncode, json.loads(done.stdout)
 
 
@@ -233,7 +235,9 @@ def test_the_smoke_test_runs_on_python_3_8() -> None:
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            payload_argv(Path(sys.executable), "smoke", argv), capture_output=True, text=True
+            payload_argv(Path(sys.executable), "smoke", argv, tmp_path),
+            capture_output=True,
+            text=True,
         )
 
     bad = run("--checks", "tf_version,nope")

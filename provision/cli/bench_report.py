@@ -12,6 +12,7 @@ from pathlib import Path
 
 from provision import bench
 from provision.cli.columns import columns
+from provision.errors import ProvisionError
 from provision.payload import bench_schema
 
 # One environment's report as parsed (JSON): each field is narrowed where it is read, and a
@@ -323,7 +324,7 @@ def with_plot(result: bench.BenchResult, plot: Path | None) -> bench.BenchResult
     except (
         OSError,
         ValueError,
-        bench.BenchError,
+        ProvisionError,
     ) as exc:  # the results stand; only the picture is not
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return bench.BenchResult(
@@ -346,6 +347,9 @@ def write_plot(reports: Sequence[Mapping[str, object]], path: Path) -> None:
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o666 & ~umask)  # NamedTemporaryFile creates 0600; a plot is for sharing
+        from provision.paths import output_file
+
+        output_file(path, "--plot", force=True)  # still no device, FIFO or folder there
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)

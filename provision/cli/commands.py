@@ -246,11 +246,9 @@ def install_cmd(
     from provision import install
 
     if bundle is not None:
-        if force:
-            raise click.UsageError("--force does not apply to --from-bundle")
         _install_from_bundle(name, out, prefix, installer, solver, as_json, script_args,
                              bundle=bundle, require_gpu=require_gpu, no_verify=no_verify,
-                             quiet=quiet)  # fmt: skip
+                             quiet=quiet, force=force)  # fmt: skip
         return
     refuse_given(ctx, ["require_gpu"], "applies to --from-bundle only; after a build, check the "
                  "GPU with: provision verify NAME --require-gpu")  # fmt: skip
@@ -444,7 +442,7 @@ def verify_cmd(
 def _install_from_bundle(
     name: str | None, out: Path | None, prefix: Path | None, installer: str, solver: str,
     as_json: bool, script_args: tuple[str, ...], *, bundle: Path, require_gpu: bool,
-    no_verify: bool, quiet: bool,
+    no_verify: bool, quiet: bool, force: bool,
 ) -> None:  # fmt: skip
     from provision.cli import present
     from provision.rollout import unbundle
@@ -455,7 +453,7 @@ def _install_from_bundle(
     result = unbundle.install_from_bundle(
         bundle, name=name, out=out, prefix=prefix, installer=installer,  # type: ignore[arg-type]
         solver=solver, require_gpu=require_gpu, verify=not no_verify, script_args=script_args,
-        progress=_progress(quiet),
+        progress=_progress(quiet), force=force,
     )  # fmt: skip
     if as_json:
         emit_json(result.as_json())

@@ -118,6 +118,7 @@ from provision.cli.common import (
 @click.option("--json", "as_json", is_flag=True, help="Print the report(s) as JSON.")
 @click.option("--markdown", is_flag=True, help="Print a markdown table with each row's command.")
 @click.option("--plot", type=SafePath(path_type=Path, dir_okay=False), help="Write a PNG plot.")
+@click.option("--force", is_flag=True, help="Replace an existing --plot file.")
 def bench_cmd(
     names: tuple[str, ...],
     out: Path | None,
@@ -127,11 +128,16 @@ def bench_cmd(
     plot: Path | None,
     as_json: bool,
     markdown: bool,
+    force: bool,
     **options: object,
 ) -> None:
     """Multi-GPU scaling and mixed precision in one or more environments: images/s, accuracy,
     speed-up, matmul TFLOP/s; where it ran (GPUs, driver, interconnect) and what it loaded."""
     from provision import bench, environment
+    from provision.paths import output_file
+
+    if plot is not None:
+        output_file(plot, "--plot", force)  # before anything runs (a benchmark may take hours)
 
     if reports:
         if names or pythons:
@@ -212,13 +218,21 @@ def show_cmd(name: str, out: Path | None, as_json: bool) -> None:
 @click.command("remove")
 @click.argument("name")
 @click.option("--keep-prefix", is_flag=True, help="Forget NAME but leave its prefix on disk.")
-def remove_cmd(name: str, keep_prefix: bool) -> None:
-    """Forget a built environment and delete its prefix (only what provision built)."""
+@click.option(
+    "--force", is_flag=True,
+    help="Remove even when the prefix holds files provision did not install (they are kept).",
+)  # fmt: skip
+def remove_cmd(name: str, keep_prefix: bool, force: bool) -> None:
+    """Forget a built environment and delete what provision installed in its prefix; files it did
+    not install are never deleted (without --force they stop the removal)."""
     from provision import built
+    from provision.progress import human_size
 
-    done = built.remove(name, keep_prefix=keep_prefix)
+    done = built.remove(name, keep_prefix=keep_prefix, force=force)
     if done.deleted_prefix:
-        click.echo(f"removed {done.prefix}")
+        click.echo(f"removed {done.prefix} (freed {human_size(done.freed)})")
+        for path in done.kept:
+            click.echo(f"kept {done.prefix}/{path}: provision did not install it")
     else:
         click.echo(f"left {done.prefix}: {done.kept_because}")
     if done.kernel:
@@ -363,18 +377,20 @@ def fleet_cmd(
               help="Take provision's wheels and its dependencies' from DIR.")  # fmt: skip
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--force", is_flag=True, help="Replace an existing bundle file (never a device).")
 def bundle_cmd(
     name: str, out: Path | None, output: Path | None, split: str | None, with_toolkit: bool,
     provision_python: str | None, glibc: str | None, platform: str | None,
     cache_dir: Path | None, provision_wheels: Path | None, quiet: bool, as_json: bool,
+    force: bool,
 ) -> None:  # fmt: skip
     """One archive holding everything needed to build NAME on a machine with no network."""
-    from provision.paths import writable_target
     from provision.rollout import bundle, bundle_format
 
-    writable_target(output or Path(f"{name}.bundle.tar"), "-o")  # before any download
+    dest = output or Path(f"{name}.bundle.tar")
+    bundle.check_output(dest, split is not None, force)  # before any download
     result = bundle.build(
-        _find(name, out).env, output or Path(f"{name}.bundle.tar"),
+        _find(name, out).env, dest, force=force,
         split=bundle_format.parse_size(split) if split else None, with_toolkit=with_toolkit,
         cache_dir=cache_dir, provision_python=provision_python, glibc=glibc, platform=platform,
         wheelhouse=provision_wheels, progress=_progress(quiet),

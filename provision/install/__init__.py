@@ -16,26 +16,36 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
-import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from provision import _proc, environment, registry, tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError, UsageError
-from provision.install import installers
+from provision.install import installers, owned
 from provision.install.installers import Installer, Offline
+from provision.install.place import (
+    NEW,
+    OLD,
+    State,
+    check_not_another,
+    finish_leftovers,
+    followed,
+    read_marker,
+    state_of,
+    write_marker,
+)
 from provision.progress import Event, Report, nothing
 from provision.steps import StepResult
 from provision.toolout import InstallerLines
 
-MARKER = ".provision-install.json"
+MARKER = owned.MARKER
 MARKER_SCHEMA = 2
+__all__ = ["NEW", "OLD", "State", "check_not_another", "finish_leftovers", "followed",
+           "read_marker", "state_of"]  # fmt: skip
 LOCK_WAIT_S = 5.0
 
 
@@ -83,64 +93,8 @@ def inputs_digest(env: EnvDir) -> str:
     return h.hexdigest()
 
 
-# -- markers ---------------------------------------------------------------------------------
-
-State = Literal["absent", "foreign", "building", "stale", "complete"]
-
-
-def read_marker(prefix: Path) -> dict[str, object] | None:
-    try:
-        data = json.loads((prefix / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def state_of(prefix: Path, digest: str | None = None) -> State:
-    """absent (nothing there), foreign (not ours), building (never finished), stale, complete."""
-    try:
-        if not prefix.exists():
-            return "absent"
-        marker = read_marker(prefix)
-        if marker is None:
-            if not prefix.is_dir():
-                return "foreign"
-            names = {p.name for p in prefix.iterdir()}
-            if names == {MARKER + ".tmp"}:
-                return "building"  # killed while writing its first marker
-            return "foreign" if names else "absent"
-    except OSError as exc:
-        raise InstallError(f"cannot read {prefix}: {exc.strerror}") from exc
-    if marker.get("state") != "complete":
-        return "building"
-    if digest is not None and marker.get("inputs_sha256") != digest:
-        return "stale"
-    return "complete"
-
-
-def _write_marker(prefix: Path, data: Mapping[str, object]) -> None:
-    tmp = prefix / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(dict(data), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, prefix / MARKER)
-
-
 def is_installed(env: EnvDir, prefix: Path) -> bool:
     return state_of(prefix, inputs_digest(env)) == "complete"
-
-
-def _clear(prefix: Path) -> None:
-    if prefix.is_symlink() or prefix.is_file():
-        prefix.unlink()
-    elif prefix.exists():
-        shutil.rmtree(prefix)
-
-
-def _empty(prefix: Path) -> None:
-    """Remove what a failed build put into a directory that existed before it (kept, as it was)."""
-    for child in prefix.iterdir():
-        _clear(child)
 
 
 def install(
@@ -179,8 +133,9 @@ def install(
         return result
     if script_args:
         raise UsageError(f"extra arguments {' '.join(script_args)} apply to the system path only")
-    target = (Path(prefix) if prefix else env.default_prefix()).absolute()
+    target = followed((Path(prefix) if prefix else env.default_prefix()).absolute())
     check_prefix(target)
+    check_not_another(env.name, target)
     with _exclusive(target) as lock_fd:
         result = _install_at(env, target, force, installer, solver, start, lock_fd, offline, report)
     _register(env, result, owned=True)
@@ -198,7 +153,7 @@ def check_prefix(target: Path) -> None:
     writable_target(target, "--prefix")
     if target.is_dir() and not os.access(target, os.W_OK | os.X_OK):
         raise InstallError(f"--prefix {target} is not writable; choose another place")
-    registry.usable_home()
+    registry.writable()  # a build that could not be registered would be half done
 
 
 def _check_lock(env: EnvDir) -> None:
@@ -325,11 +280,27 @@ def _install_at(
 ) -> InstallResult:
     digest = inputs_digest(env)
     lock_sha = sha256_file(env.lock)
+    finish_leftovers(target)
     state = state_of(target, digest)
     if state == "foreign":
         raise InstallError(
             f"{target} exists and was not built by provision; remove it or choose another --prefix"
         )
+    if state == "building" and (read_marker(target) or {}).get("existed"):
+        theirs = owned.foreign_top(target)
+        if theirs:
+            raise InstallError(
+                f"{target} holds an unfinished build and files provision did not make "
+                f"({owned.shown(theirs)}); provision will not delete them: move them out, "
+                "then re-run"
+            )
+    if state == "stale" or (state == "complete" and force):
+        theirs = owned.foreign(target)
+        if theirs:
+            raise InstallError(
+                f"{target} holds files provision did not install ({owned.shown(theirs)}); "
+                "a rebuild would delete them: move them out, then re-run"
+            )
     if state == "complete" and not force:
         marker = read_marker(target) or {}
         environment.install_hooks(env, target)  # the hooks of this provision, cheap to refresh
@@ -356,15 +327,22 @@ def _build(
     offline: Offline | None = None,
     report: Report = nothing,
 ) -> str:
-    old = target.with_name(target.name + ".provision-old")
-    _clear(old)  # left by a run that was killed while replacing a complete environment
-    _clear(target.with_name(target.name + ".provision-new"))
-    kept = state == "absent" and target.is_dir()  # an empty directory someone made for us
+    old = target.with_name(target.name + OLD)
+    before = read_marker(target) or {}
+    # A folder the user made (empty) before the build, or a build into one that never finished:
+    # built in place, and left as an empty folder when the environment is removed.
+    kept = (state == "absent" and target.is_dir()) or (
+        state == "building" and bool(before.get("existed"))
+    )
+    existed = kept or bool(before.get("existed"))
     if state in ("stale", "complete"):
+        if old.exists() or old.is_symlink():  # finish_leftovers took any of ours
+            raise InstallError(f"{old} is in the way and is not provision's; move it, then re-run")
         # Keep the working environment until the new one is complete; put it back on failure.
         target.rename(old)
-    elif not kept:
-        _clear(target)  # "building": a run that never finished
+    elif state == "building":
+        # a run that never finished
+        owned.delete(target, keep_folder=kept, mode="installer" if kept else "whole")
     record: dict[str, object] = {
         "schema": MARKER_SCHEMA,
         "state": "building",
@@ -375,32 +353,38 @@ def _build(
         "lock": env.lock.name,
         "lock_sha256": lock_sha,
         "inputs_sha256": digest,
+        "prefix": str(target),
+        "existed": existed,
     }
     try:
         if kept:
-            _write_marker(target, record)
+            write_marker(target, record)
         else:
             # The prefix appears only with its marker in it: a kill at any point leaves either
             # nothing, or a directory marked as ours and unfinished.
-            staging = target.with_name(target.name + ".provision-new")
-            _clear(staging)
+            staging = target.with_name(target.name + NEW)
+            if staging.exists() or staging.is_symlink():
+                raise InstallError(
+                    f"{staging} is in the way and is not provision's; move it, then re-run"
+                )
             staging.mkdir(parents=True)
-            _write_marker(staging, record)
+            write_marker(staging, record)
             staging.rename(target)
         if env.path == "conda":
             used = installers.build_conda(env, target, solver, lock_fd, offline, report)
         else:
             used = installers.build_pip(env, target, installer, lock_fd, offline, report)
-        _write_marker(target, {**record, "state": "complete", "installer": used})
+        owned.record(target)
+        write_marker(target, {**record, "state": "complete", "installer": used})
     except BaseException:
         if kept:
-            _empty(target)
+            owned.delete(target, keep_folder=True, mode="whole")  # empty when this run began
         else:
-            _clear(target)
+            owned.delete_tree(target)
         if old.exists():
             old.rename(target)
         raise
-    _clear(old)
+    owned.delete_tree(old)
     return used
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from provision import diskread
 from provision.errors import LockInvalid, StaleError
 from provision.lock import lockinputs
 from provision.lock.lockfile import (
@@ -34,6 +35,8 @@ from provision.lock.requirements import (
     satisfies,
 )
 
+LOCK_LIMIT = 512 << 20  # a conda lock of every platform is a few MB
+
 
 def verify(target: Target, data: LockInputs, rel: str, regen: str) -> int:
     """The number of packages of a lock that is fresh for `data`, intact, complete and closed;
@@ -42,8 +45,9 @@ def verify(target: Target, data: LockInputs, rel: str, regen: str) -> int:
     if not path.is_file():
         raise StaleError(f"{rel} does not exist yet; run: {regen}")
     try:
-        text = path.read_text(encoding="utf-8")  # universal newlines: a CRLF checkout is the same
-    except (OSError, UnicodeDecodeError) as exc:
+        # universal newlines: a CRLF checkout is the same
+        text = diskread.read_text(path, LOCK_LIMIT)
+    except (OSError, ValueError) as exc:
         raise LockInvalid(f"{rel} cannot be read ({one_line(exc)}); run: {regen}") from exc
     if not text.strip():
         raise LockInvalid(f"{rel}: the lock is empty; run: {regen}")

@@ -35,6 +35,7 @@ from provision.rollout.bundle_format import (
     Member,
     Requires,
     newest,
+    part_path,
     sha256_file,
     tar_info,
     wheel_glibc,
@@ -144,6 +145,15 @@ def requires_of(env: EnvDir, target: fetch.Target, items: Sequence[fetch.Item]) 
     )
 
 
+def check_output(output: Path, split: bool, force: bool) -> None:
+    """-o (and its first part, when split) can be written: see paths.output_file."""
+    from provision.paths import output_file
+
+    output_file(output, "-o", force)
+    if split:
+        output_file(part_path(output, 1), "-o", force)
+
+
 def build(
     env: EnvDir,
     output: Path,
@@ -156,9 +166,12 @@ def build(
     platform: str | None = None,
     wheelhouse: Path | None = None,
     progress: Progress = lambda line: None,
+    force: bool = False,
 ) -> BundleResult:
-    """Write the bundle of `env` to `output` (or its parts output.001, ...)."""
+    """Write the bundle of `env` to `output` (or its parts output.001, ...); an existing file
+    there is replaced only with `force`, and never one that is not a regular file."""
     started = time.monotonic()
+    check_output(output, split is not None, force)
     if with_toolkit and env.path != "system":
         raise UsageError(f"--with-toolkit is for the system path; {env.name} is on the {env.path}")
     env.check_reviewed()
@@ -193,7 +206,7 @@ def build(
         members=tuple(Member(i.name, i.group, i.path.stat().st_size, i.sha256) for i in items),
     )
     progress(f"writing {len(items)} members ({manifest.member_bytes / 1e6:.1f} MB) to {output}")
-    files, digest = write(output, manifest, items, split)
+    files, digest = write(output, manifest, items, split, force)
     return BundleResult(
         env.name, tuple(files), digest, sum(f.stat().st_size for f in files), len(items),
         manifest.member_bytes, time.monotonic() - started,
@@ -232,14 +245,18 @@ class _Checked:
 
 
 def write(
-    output: Path, manifest: Manifest, items: Sequence[fetch.Item], split: int | None
+    output: Path,
+    manifest: Manifest,
+    items: Sequence[fetch.Item],
+    split: int | None,
+    force: bool = False,
 ) -> tuple[list[Path], str]:
     """The tar: the manifest, then every item as the manifest lists it, each checked against the
     manifest's sha256 as it is added. Nothing is left at `output` unless all of it was written."""
     import io
 
     output.parent.mkdir(parents=True, exist_ok=True)
-    sink = Sink(output, split)
+    sink = Sink(output, split, force)
     try:
         with tarfile.open(
             fileobj=sink,

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from provision import records
+from provision import diskread, records
 from provision.errors import ProvisionError, UsageError
 
 FORMAT = 1
@@ -128,7 +128,7 @@ class Manifest:
     @classmethod
     def loads(cls, data: bytes, source: str) -> Manifest:
         try:
-            raw = json.loads(data.decode("utf-8"))
+            raw = diskread.loads_json(data, source)
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
             if raw.get("format") != FORMAT:

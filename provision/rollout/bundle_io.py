@@ -28,8 +28,9 @@ class Sink:
     beside the final names and renamed into place by commit(): an interrupted or failed build
     leaves no bundle (or part) that looks finished."""
 
-    def __init__(self, output: Path, split: int | None) -> None:
+    def __init__(self, output: Path, split: int | None, force: bool = False) -> None:
         self.output = output
+        self.force = force
         self.per_part = payload_per_part(split) if split else None
         self.whole = hashlib.sha256()
         self.total = 0
@@ -104,6 +105,14 @@ class Sink:
         self._close_part()
         digest = self.whole.hexdigest()
         finals: list[Path] = []
+        from provision.paths import output_file
+
+        for final in (
+            [self.output]
+            if self.per_part is None
+            else [part_path(self.output, h.part) for _, h in self.parts]
+        ):  # judged again now: what is there may have changed while the members were written
+            output_file(final, "-o", self.force)
         if self.per_part is None:
             tmp, _ = self.parts[0]
             os.replace(tmp, self.output)

@@ -232,7 +232,66 @@ def _check_ready(env: EnvDir, options: Options) -> tuple[Path, ...]:
         raise FleetError(f"refusing to roll out {env.name}: {exc}") from exc
     if not options.inventory.is_file():
         raise UsageError(f"no inventory at {options.inventory}")
-    return bundle_files(env, options.bundle) if options.bundle is not None else ()
+    check_report_dir(options.report_dir or default_report_dir(env))
+    bundle = bundle_files(env, options.bundle) if options.bundle is not None else ()
+    hosts = inventory_hosts(options.inventory, options.limit)
+    if not hosts:
+        which = f" match --limit {options.limit}" if options.limit else ""
+        raise UsageError(
+            f"the inventory {options.inventory} names no hosts{which}; nothing was written"
+        )
+    return bundle
+
+
+def check_report_dir(out: Path) -> None:
+    """The reports' folder is new, empty, or an earlier fleet run's (its events file says so):
+    a run replaces its own reports there, and never a folder of someone else's."""
+    try:
+        names = set(os.listdir(out))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise UsageError(f"--report-dir {out}: {exc.strerror}") from None
+    if names and EVENTS not in names:
+        raise UsageError(
+            f"--report-dir {out} holds files that are not a fleet report "
+            f"({', '.join(sorted(names)[:3])}); choose a new or empty folder"
+        )
+
+
+def inventory_hosts(inventory: Path, limit: str | None = None) -> list[str]:
+    """The hosts Ansible reads from the inventory (and --limit), before anything is written: an
+    inventory Ansible cannot parse is refused (it would only warn, and reach no host)."""
+    program = str(Path(ansible_playbook()).with_name("ansible-inventory"))
+    argv = [program, "-i", str(inventory), "--list"]
+    if limit:
+        argv += ["--limit", limit]
+    with tempfile.TemporaryDirectory(prefix="provision-inventory-") as tmp:
+        done = _proc.run(
+            argv, check=False, timeout=120,
+            env={
+                "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+                "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
+                "ANSIBLE_LOCAL_TEMP": tmp,
+                "ANSIBLE_NOCOLOR": "1",
+                "ANSIBLE_DEPRECATION_WARNINGS": "False",
+            },
+        )  # fmt: skip
+    if not done:
+        text = " ".join(done.stderr.split())
+        why = (text[text.index("ERROR!") + 6 :] if "ERROR!" in text else text).strip()[-300:]
+        why = why or f"exit {done.returncode}"
+        raise UsageError(f"the inventory {inventory} cannot be read by Ansible: {why}")
+    try:
+        data = json.loads(done.stdout)
+    except ValueError as exc:
+        raise FleetError(f"ansible-inventory printed no JSON for {inventory}") from exc
+    hostvars = data.get("_meta", {}).get("hostvars", {}) if isinstance(data, dict) else {}
+    hosts = set(hostvars) if isinstance(hostvars, dict) else set()
+    for group in data.values() if isinstance(data, dict) else ():
+        if isinstance(group, dict):
+            hosts.update(h for h in group.get("hosts", []) if isinstance(h, str))
+    return sorted(hosts)
 
 
 def default_report_dir(env: EnvDir) -> Path:

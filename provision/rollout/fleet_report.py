@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+from provision import diskread
 from provision.environment import EnvDir
 from provision.jsontypes import JSON, JSONObject
+
+REPORT_LIMIT = 64 << 20  # what one host sends back: a few KiB
 
 
 class Status(enum.Enum):
@@ -128,7 +131,7 @@ class FleetResult:
 
 def _read_json(path: Path) -> JSONObject:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = diskread.read_json(path, REPORT_LIMIT)
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -137,8 +140,8 @@ def _read_json(path: Path) -> JSONObject:
 def _events(path: Path) -> list[JSONObject]:
     out = []
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
+        text = diskread.read_text(path, REPORT_LIMIT)
+    except (OSError, ValueError):
         return []
     for line in text.splitlines():
         try:

@@ -79,6 +79,9 @@ def build(dest: Path) -> Path:
     record = [_record_line(n, d) for n, d, _ in members] + [f"{info}/RECORD,,"]
     members.append((f"{info}/RECORD", ("\n".join(record) + "\n").encode(), 0o644))
     target = dest / wheel_name()
+    from provision.paths import output_file
+
+    output_file(target, "--wheel", force=True)  # a wheel of this name is provision's; no device
     tmp = target.with_name(target.name + ".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data, mode in members:

@@ -99,6 +99,7 @@ def install_from_bundle(
     timeout: float = 180.0,
     script_args: tuple[str, ...] = (),
     progress: Progress = lambda line: None,
+    force: bool = False,
 ) -> FromBundle:
     seconds: dict[str, float] = {}
     started = time.monotonic()
@@ -109,6 +110,7 @@ def install_from_bundle(
             manifest, digest = _manifest(tar, reader, source)
             if name is not None and name != manifest.name:
                 raise UsageError(f"{source.shown} is a bundle of {manifest.name}, not of {name}")
+            check_same_inputs(manifest, source.shown, force)
             progress(
                 f"{source.shown}: {manifest.name} (TensorFlow {manifest.tf}, {manifest.path} "
                 f"path), {len(manifest.members)} members, {manifest.member_bytes / 1e6:.1f} MB"
@@ -161,9 +163,30 @@ def _manifest(tar: tarfile.TarFile, reader: Reader, source: Source) -> tuple[Man
         raise BundleError(
             f"{source.shown} is not a provision bundle (its first member is not {MANIFEST})"
         )
+    if info.size > MANIFEST_LIMIT:
+        raise BundleError(
+            f"{source.shown}: its manifest is {info.size} bytes; provision reads at most "
+            f"{MANIFEST_LIMIT}"
+        )
     fh = tar.extractfile(info)
-    data = fh.read() if fh is not None else b""
+    data = fh.read(MANIFEST_LIMIT + 1) if fh is not None else b""
     return Manifest.loads(data, source.shown), hashlib.sha256(data).hexdigest()
+
+
+MANIFEST_LIMIT = 64 << 20  # a bundle of 100,000 members has a manifest of about 20 MB
+
+
+def check_same_inputs(manifest: Manifest, source: str, force: bool) -> None:
+    """An environment of the bundle's name that is already built here from another lock is
+    replaced only with --force: it may be someone's own, of the same name, from other inputs."""
+    old = registry.get(manifest.name)
+    if old is None or force or old.lock_sha256 == manifest.lock_sha256:
+        return
+    raise UsageError(
+        f"{manifest.name} is already built here ({old.prefix}) from another lock than the one "
+        f"in {source}; nothing was changed: `provision install --from-bundle {source} --force` "
+        f"replaces it, or `provision remove {manifest.name}` first"
+    )
 
 
 # -- what a bundle cannot carry ----------------------------------------------------------------
