@@ -83,7 +83,7 @@ def output_file(path: Path, flag: str, force: bool) -> None:
         )
     if not force:
         raise UsageError(f"{flag} {path} exists; provision will not overwrite it without --force")
-    writable_target(path, flag)
+    writable_target(path.parent, flag)  # the file is replaced by a rename in its folder
 
 
 def templates_dir() -> Path:

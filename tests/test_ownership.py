@@ -197,6 +197,17 @@ def test_fleet_wheel_is_never_written_over_a_fifo(tmp_path: Path) -> None:
     assert snapshot(tmp_path) == before
 
 
+def test_provision_s_own_wheel_is_replaced_by_the_next_build(tmp_path: Path) -> None:
+    """A second `fleet --wheel DIR` (and every second `bundle`, which builds the same wheel into
+    its cache) replaces provision's own wheel: that file is provision's, with --force implied."""
+    from provision.rollout import selfwheel
+
+    for _ in range(2):
+        code, out = run_cli("fleet", "--wheel", str(tmp_path))
+        assert code == 0, out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [selfwheel.wheel_name()]
+
+
 # -- prefixes -----------------------------------------------------------------------------------
 
 
