@@ -103,19 +103,23 @@ def _is_current(path: Path, data: bytes) -> bool:
         return False
 
 
-def zipapp() -> Path:
+def zipapp(write: bool = True) -> Path:
     """The zipapp of the current sources in the cache, built first when missing or not as it
-    must be (another writer's file is never trusted: each user has their own name)."""
+    must be (another writer's file is never trusted: each user has their own name); with
+    write=False only its path."""
     members = _members()
     data = _zip_bytes(members)
     name = f"provision-payload-{os.getuid()}-{_digest(members)[:16]}.pyz"
     path = Path(tempfile.gettempdir()) / name
-    if not _is_current(path, data):
+    if write and not _is_current(path, data):
         _write_atomic(path, data, 0o644)
     return path
 
 
 def payload_argv(python: Path, program: Program, args: Sequence[str]) -> list[str]:
     """`python -I <zipapp> PROGRAM ARGS...`: -I so that neither the working directory nor
-    PYTHONPATH nor the user's site-packages can shadow the payload or what it tests."""
-    return [str(python), "-I", str(zipapp()), program, *args]
+    PYTHONPATH nor the user's site-packages can shadow the payload or what it tests. The zipapp
+    is written only for an interpreter that can be started (one that cannot fails to start, and
+    leaves nothing behind)."""
+    runnable = os.path.isfile(python) and os.access(python, os.X_OK)
+    return [str(python), "-I", str(zipapp(write=runnable)), program, *args]
