@@ -14,6 +14,7 @@ from pathlib import Path
 from provision import _proc, environment, registry
 from provision.environment import Found
 from provision.errors import InstallError, ProvisionError, UsageError
+from provision.install import prefix_hooks
 
 KERNEL_PREFIX = "provision-"
 
@@ -118,7 +119,7 @@ def remove(name: str, *, keep_prefix: bool = False, force: bool = False) -> Remo
             raise InstallError(f"cannot remove {prefix}: {exc.strerror}") from exc
     kernel = _remove_kernel(name)
     registry.forget(name)
-    from provision.drift import store
+    from provision.facts import store
 
     store.forget(name)
     return Removed(
@@ -289,10 +290,10 @@ def export(found: Found, dest: Path) -> list[str]:
         hooks = tmp / "hooks"
         hooks.mkdir(exist_ok=True)
         for script in ("activate.sh", "deactivate.sh", "provision_env_hook.py"):
-            shutil.copyfile(environment.HOOKS_DIR / script, hooks / script)
+            shutil.copyfile(prefix_hooks.HOOKS_DIR / script, hooks / script)
             files.append(f"hooks/{script}")
-        policy = f"hooks/{environment.POLICY_MODULE}.py"
-        shutil.copyfile(environment.POLICY_SOURCE, tmp / policy)
+        policy = f"hooks/{prefix_hooks.POLICY_MODULE}.py"
+        shutil.copyfile(prefix_hooks.POLICY_SOURCE, tmp / policy)
         files.append(policy)
         if env.path == "system":
             from provision import install

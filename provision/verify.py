@@ -406,7 +406,7 @@ def verify(
                 env.name, registry.LastVerify(result.ok, gpus, summary, time.time(), cpu_ok)
             )
             if result.ok:  # the facts `provision check` compares with later
-                from provision.drift import store
+                from provision.facts import store
 
                 store.record_quietly(env.name, "verify", gpus)
     return result

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from provision import environment
 from provision.cli.commands import cli
+from provision.install import prefix_hooks
 from provision.matrix import load
 from provision.payload import gpu_policy
 
@@ -62,7 +63,7 @@ def hooked(tf_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([str(tf_python), "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     (purelib(python) / "00-tensorflow-venv.pth").write_text(f"{purelib(tf_python)}\n")
-    environment.install_hooks(environment.load(tmp / "envs" / "lim"), venv)
+    prefix_hooks.install_hooks(environment.load(tmp / "envs" / "lim"), venv)
     return python
 
 

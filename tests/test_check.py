@@ -22,7 +22,7 @@ from fakehost import H200, SMI_QUERY, FakeHost
 from tinyindex import Env, Index, run_cli, site_packages
 
 from provision import matrix
-from provision.drift import store
+from provision.facts import store
 
 
 class Host:

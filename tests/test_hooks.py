@@ -28,9 +28,10 @@ import pytest
 from provision import environment
 from provision import matrix as matrix_module
 from provision import render as render_module
+from provision.install import prefix_hooks
 from provision.matrix.spec import EnvSpec, GpuPolicy, resolve
 
-HOOKS = environment.HOOKS_DIR
+HOOKS = prefix_hooks.HOOKS_DIR
 FIXTURE = matrix_module.load(Path(__file__).resolve().parent / "golden" / "matrix.toml")
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 SHELLS = ("sh", "dash", "bash", "zsh")
@@ -162,7 +163,7 @@ def prefixes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             make_venv(prefix)
         else:
             (prefix / "lib").mkdir(parents=True)
-        environment.install_hooks(env, prefix, case.extra)
+        prefix_hooks.install_hooks(env, prefix, case.extra)
         for lib in case.libraries:
             if not lib.startswith("/"):
                 (prefix / lib).mkdir(parents=True, exist_ok=True)
@@ -311,7 +312,7 @@ def test_install_hooks_writes_the_runtime_and_hooks_bin_activate_once(
     make_venv(prefix)
     env = render_env(tmp_path / "envs", case.spec())
     for _ in range(2):
-        environment.install_hooks(env, prefix, case.extra)
+        prefix_hooks.install_hooks(env, prefix, case.extra)
     activate_text = (prefix / "bin" / "activate").read_text()
     assert activate_text.count("# >>> provision hooks >>>") == 1
     assert activate_text.count("# <<< provision hooks <<<") == 1
@@ -457,7 +458,7 @@ def hooked_venv(
     case = Case(release.tf, "pip", python, memory, gpus)
     prefix = tmp_path / "a venv"
     make_venv(prefix)
-    environment.install_hooks(render_env(tmp_path / "envs", case.spec()), prefix)
+    prefix_hooks.install_hooks(render_env(tmp_path / "envs", case.spec()), prefix)
     site = environment.site_packages(prefix, python)
     shutil.copytree(cuda_libraries, site / "nvidia")
     (site / "tensorflow").mkdir()

@@ -23,6 +23,7 @@ from tinyindex import ROOT, Env, Index, bash, pip_release, run_cli, site_package
 
 from provision import environment, install, matrix, tools
 from provision.errors import InstallError
+from provision.install import prefix_hooks
 
 # -- building --------------------------------------------------------------------------------
 
@@ -431,7 +432,7 @@ def test_conda_install_builds_a_working_prefix_from_a_local_channel(
     prefix = Path(report["prefix"])
     assert report["installer"] == "conda-lock" and install.state_of(prefix) == "complete"
     assert (prefix / "conda-meta").is_dir()
-    hooks = environment.HOOKS_DIR
+    hooks = prefix_hooks.HOOKS_DIR
     assert (prefix / "etc/conda/activate.d/provision.sh").read_bytes() == (
         hooks / "conda-activate.sh"
     ).read_bytes()

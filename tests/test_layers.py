@@ -22,9 +22,11 @@ FLOORS: list[list[str]] = [
     ["__main__"],
     ["cli"],
     ["create", "rollout", "built"],
-    ["doctor", "verify", "bench", "render", "install"],
-    ["host", "lock", "environment"],
-    ["matrix", "tools", "registry"],
+    ["drift", "install"],
+    ["verify", "lock", "releases"],
+    ["doctor", "bench", "render", "facts", "tools"],
+    ["host", "environment", "caches"],
+    ["matrix", "registry"],
     ["records", "_proc", "paths", "toolout"],
     [
         "payload",
@@ -33,6 +35,7 @@ FLOORS: list[list[str]] = [
         "steps",
         "jsontypes",
         "errors",
+        "diskread",
         "_children",
         "yamldoc",
         "progress",
@@ -139,11 +142,11 @@ def test_an_import_across_a_floor_is_caught(tmp_path: Path) -> None:
     (copy / "records.py").write_text(
         (copy / "records.py").read_text() + "\n\ndef _late():\n    from provision.cli import main\n"
     )
-    (copy / "host" / "extra.py").write_text("from ..lock import lockfile\n")
+    (copy / "host" / "extra.py").write_text("from ..environment import Spec\n")
     (copy / "payload" / "leak.py").write_text("from provision import errors\n")
     (copy / "newthing.py").write_text("x = 1\n")
     found = "\n".join(violations(copy))
     assert "provision/records.py:" in found and "records imports cli, which stands above" in found
-    assert "host imports lock, on its own floor" in found
+    assert "host imports environment, on its own floor" in found
     assert "payload is walled off and imports provision.errors" in found
     assert "newthing stands on no floor" in found

@@ -32,6 +32,7 @@ from provision import verify
 from provision.cli import present as cli_present
 from provision.cli.commands import cli
 from provision.errors import VerifyError
+from provision.install import prefix_hooks
 from provision.matrix.spec import GpuPolicy, expected, resolve
 from provision.payload import cudalibs, elf, judge
 from provision.payload import report as schema
@@ -565,7 +566,7 @@ def test_the_memory_limit_hook_applies_after_tensorflow_imports(
     python = venv / "bin" / "python"
     site_dir = purelib(python)
     (site_dir / "00-tensorflow-venv.pth").write_text(f"{purelib(tf_env.python)}\n")
-    environment.install_hooks(env_dir, venv)
+    prefix_hooks.install_hooks(env_dir, venv)
     probe = subprocess.run(
         [str(python), "-I", "-c",
          "import tensorflow, provision_env_hook as h; print(h.state['limit_mib'], h.state['gpus'],"

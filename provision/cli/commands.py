@@ -468,20 +468,19 @@ def _install_from_bundle(
 
 
 def _register_use_commands() -> None:
-    """bench, list, show, remove, run, kernel, export, fleet, bundle: after the workflow's own."""
+    """bench, list, show, remove, run, kernel, export, fleet, bundle, cache, check, matrix update:
+    after the workflow's own."""
     from provision.cli import matrix_update
     from provision.cli import use as cli_use
     from provision.cli.cachecmd import cache_cmd
+    from provision.cli.check import check_cmd
 
     for command in (
         cli_use.bench_cmd, cli_use.list_cmd, cli_use.show_cmd, cli_use.remove_cmd,
         cli_use.run_cmd, cli_use.kernel_cmd, cli_use.export_cmd, cli_use.fleet_cmd,
-        cli_use.bundle_cmd, cache_cmd,
+        cli_use.bundle_cmd, cache_cmd, check_cmd,
     ):  # fmt: skip
         cli.add_command(command)
-    from provision.cli.check import check_cmd
-
-    cli.add_command(check_cmd)
     matrix_cmd.add_command(matrix_update.update_cmd)
 
 
@@ -496,7 +495,3 @@ def main() -> None:
     # provision starts, so they can be interrupted too.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     cli(prog_name="provision")
-
-
-if __name__ == "__main__":
-    main()

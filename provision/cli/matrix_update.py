@@ -1,4 +1,4 @@
-"""`provision matrix update`: Click wiring over provision.matrix.update (a maintainer command)."""
+"""`provision matrix update`: Click wiring over provision.releases.update (a maintainer command)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def update_cmd(
     """Add the TensorFlow releases on the package index that the matrix lacks, each row derived
     from its wheels (HTTP Range requests, a few MB) with citations; prints the diff."""
     from provision.matrix import DATA_FILE
-    from provision.matrix import update as upd
+    from provision.releases import update as upd
 
     target = path or DATA_FILE
     if rederive:

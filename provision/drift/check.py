@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from provision import registry
-from provision.drift import store
-from provision.drift.facts import Facts, HostFacts, env_facts, host_facts
-from provision.drift.judge import Change, Target, compare
+from provision.drift.compare import Change, Target, compare
 from provision.errors import ProvisionError, UsageError
+from provision.facts import store
+from provision.facts.collect import Facts, HostFacts, env_facts, host_facts
 
 if TYPE_CHECKING:
     from provision.verify import VerifyResult

@@ -8,7 +8,7 @@ end. A prefix whose marker is not "complete" with the current digest is never pr
 re-run wipes it and builds again, so an install killed midway (SIGKILL) is completed by running the
 same command. A directory without a marker is not ours and is never deleted.
 
-Every build ends with the environment's set-up put into the prefix (environment.install_hooks) and
+Every build ends with the environment's set-up put into the prefix (prefix_hooks.install_hooks) and
 a record in the registry, so `provision list`, `verify NAME` and `run NAME` find it from anywhere.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from provision import _proc, environment, registry, tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError, UsageError
-from provision.install import installers, owned
+from provision.install import installers, owned, prefix_hooks
 from provision.install.installers import Installer, Offline
 from provision.install.place import (
     NEW,
@@ -128,7 +128,7 @@ def install(
         result = _install_system(env, prefix, script_args, start, offline, report)
         if "--dry-run" not in script_args and interpreter(result.prefix).exists():
             home = _system_cuda_home(env, prefix)
-            environment.install_hooks(env, result.prefix, {"PROVISION_CUDA_HOME": str(home)})
+            prefix_hooks.install_hooks(env, result.prefix, {"PROVISION_CUDA_HOME": str(home)})
             _register(env, result, owned=False)
         return result
     if script_args:
@@ -199,7 +199,7 @@ def _register(env: EnvDir, result: InstallResult, *, owned: bool) -> None:
     )
     if record != old:  # a build that did nothing leaves its record as it was, byte for byte
         registry.put(record)
-    from provision.drift import store
+    from provision.facts import store
 
     if not same_build or not store.path_of(env.name).exists():
         store.record_quietly(env.name, "install")
@@ -303,7 +303,7 @@ def _install_at(
             )
     if state == "complete" and not force:
         marker = read_marker(target) or {}
-        environment.install_hooks(env, target)  # the hooks of this provision, cheap to refresh
+        prefix_hooks.install_hooks(env, target)  # the hooks of this provision, cheap to refresh
         return InstallResult(
             env.name, env.path, target, interpreter(target), str(marker.get("installer", "")),
             lock_sha, skipped=True, seconds=time.monotonic() - start,

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from provision import _proc, environment, tools
+from provision import _proc, tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError, ToolMissing
+from provision.install import prefix_hooks
 from provision.progress import Event, Report, nothing
 from provision.toolout import InstallerLines
 
@@ -179,7 +180,7 @@ def build_pip(
         argv = pip_install_argv(venv_python, lock, links)
         _run_step("pip install", argv, prefix, lock_fd=lock_fd, report=report)
         used = "pip"
-    environment.install_hooks(env, prefix)
+    prefix_hooks.install_hooks(env, prefix)
     return used
 
 
@@ -200,7 +201,7 @@ def build_conda(
         _run_step("conda-lock install", argv, prefix, env=run_env, lock_fd=lock_fd,
                   report=report)  # fmt: skip
     _check_pip_part(env.lock, prefix)
-    environment.install_hooks(env, prefix)
+    prefix_hooks.install_hooks(env, prefix)
     return "conda-lock"
 
 

@@ -25,7 +25,7 @@ from provision import diskread
 MARKER = ".provision-install.json"
 FILES = ".provision-install.files"  # what the build installed, one relative path a line
 OWN = frozenset({MARKER, MARKER + ".tmp", FILES, FILES + ".tmp", ".provision-verify.json"})
-# provision's hooks (environment.install_hooks), refreshed by later installs: always provision's.
+# provision's hooks (prefix_hooks.install_hooks), refreshed by later installs: always provision's.
 _HOOKS = re.compile(
     r"^(etc/provision(/.*)?|etc/conda/(activate|deactivate)\.d/provision\.sh"
     r"|lib/python[0-9.]+/site-packages/provision_env_hook\.(py|pth))$"

@@ -80,7 +80,7 @@ def make_prefix(prefix: Path, packages: int, files: int, python: str) -> None:
 def build(home: Path, count: int, packages: int, files: int) -> None:
     os.environ["PROVISION_HOME"] = str(home)
     from provision import matrix, registry
-    from provision.drift import store
+    from provision.facts import store
 
     rel = matrix.load().newest
     python = f"{sys.version_info.major}.{sys.version_info.minor}"

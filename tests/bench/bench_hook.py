@@ -34,6 +34,7 @@ def _time(python: Path) -> float:
 def _venvs(tmp: Path) -> tuple[Path, Path]:
     from provision import environment, render
     from provision import matrix as matrix_mod
+    from provision.install import prefix_hooks
     from provision.matrix.spec import resolve
 
     version = "{}.{}".format(*sys.version_info[:2])
@@ -47,7 +48,7 @@ def _venvs(tmp: Path) -> tuple[Path, Path]:
     plain, hooked = tmp / "plain", tmp / "hooked"
     for venv in (plain, hooked):
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    environment.install_hooks(environment.load(env_dir), hooked)
+    prefix_hooks.install_hooks(environment.load(env_dir), hooked)
     return plain / "bin" / "python", hooked / "bin" / "python"
 
 

@@ -101,7 +101,7 @@ def wheel_size(pin: str) -> int:
     sys.path.insert(0, str(ROOT))
     from packaging.version import Version
 
-    from provision.matrix import wheels
+    from provision.releases import wheels
 
     page = wheels.project("tensorflow", wheels.Counter())
     sizes = [w.size or 0 for w in page.wheels(Version(pin)) if wheels.is_linux_x86_64(w)]

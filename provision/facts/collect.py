@@ -2,7 +2,7 @@
 
 Read quickly and without TensorFlow: the driver and GPUs through the doctor's own probes (NVML in
 a child interpreter, else nvidia-smi; PROVISION_HOST_ROOT reads a stand-in machine), the prefix
-from its files (`provision.drift.prefix`).
+from its files (`provision.facts.prefix`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from provision import records
-from provision.drift import prefix as files
 from provision.errors import ProvisionError
+from provision.facts import prefix as files
 
 SCHEMA = 1
 HOOK_FILES = (

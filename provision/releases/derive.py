@@ -16,8 +16,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from provision.errors import MatrixError
-from provision.matrix import wheels as idx
 from provision.payload import cudalibs
+from provision.releases import wheels as idx
 
 BUILD_INFO = "tensorflow/python/platform/build_info.py"
 CUDA_CONFIG = "tensorflow/include/third_party/gpus/cuda/cuda_config.h"

@@ -15,8 +15,8 @@ import tempfile
 from pathlib import Path
 
 from provision import registry
-from provision.drift.facts import Facts
 from provision.errors import ProvisionError
+from provision.facts.collect import Facts
 
 SCHEMA = 1
 
@@ -98,7 +98,7 @@ def forget(name: str) -> None:
 
 def record(rec: registry.Record, source: str, gpus_used: int = 0) -> Facts:
     """Read the facts of a registered environment now and record them as its baseline."""
-    from provision.drift.facts import collect
+    from provision.facts.collect import collect
 
     facts = collect(
         rec.name, rec.tf, Path(rec.prefix), Path(rec.interpreter), rec.python, source=source,

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Literal
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
-from provision.drift import prefix as files
-from provision.drift.facts import EnvFacts, Facts, GpuFact, HostFacts, PackageFact
+from provision.facts import prefix as files
+from provision.facts.collect import EnvFacts, Facts, GpuFact, HostFacts, PackageFact
 from provision.matrix import Cuda, Release
 
 if TYPE_CHECKING:
@@ -320,7 +320,7 @@ def _req_name(text: str) -> str:
 def _altered(p: PackageFact, prefix: str, t: Target, gone_libs: set[str]) -> list[Change]:
     from pathlib import Path
 
-    from provision.drift.facts import package_files
+    from provision.facts.collect import package_files
 
     altered = [
         (os.path.relpath(path, prefix), how)

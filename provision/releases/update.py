@@ -18,9 +18,9 @@ from packaging.version import Version
 
 from provision.errors import MatrixError, UsageError
 from provision.matrix import DATA_FILE, Matrix, Release, load, store
-from provision.matrix import derive as facts_of
-from provision.matrix import wheels as idx
-from provision.matrix.derive import Facts, minor
+from provision.releases import derive as facts_of
+from provision.releases import wheels as idx
+from provision.releases.derive import Facts, minor
 
 PROJECT = "tensorflow"
 FIRST = Version("2.4")

@@ -1,0 +1,106 @@
+"""The environment's set-up put into a built prefix: its runtime values, the activation scripts
+(conda's activate.d or the venv's bin/activate), and the start-up hook with the GPU policy that
+make its interpreter work with no activation. Shipped from the package (provision/hooks/, the
+payload's gpu_policy.py); written only when a file differs, so a re-run changes nothing."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from provision.environment import INSTALLED_RUNTIME, RUNTIME, EnvDir, parse_runtime, site_packages
+from provision.errors import InstallError
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+HOOKS_DIR = _PACKAGE / "hooks"
+HOOK_MODULE = "provision_env_hook"
+# The GPU policy's code, shared by the hook (which imports it under this name) and the payload.
+POLICY_MODULE = "provision_gpu_policy"
+POLICY_SOURCE = _PACKAGE / "payload" / "gpu_policy.py"
+
+_VENV_BLOCK_BEGIN = "# >>> provision hooks >>>"
+_VENV_BLOCK_END = "# <<< provision hooks <<<"
+
+
+def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = None) -> None:
+    """Put the environment's set-up into a built prefix, from the package and runtime.env.
+
+    - etc/provision/runtime.env: the reviewed variables (plus `extra`, e.g. the toolkit's home);
+    - etc/provision/{activate,deactivate}.sh, and conda's activate.d/deactivate.d or the venv's
+      bin/activate calling them: activation as before;
+    - site-packages/provision_env_hook.{py,pth}: the interpreter finds its CUDA libraries and
+      applies the GPU policy when TensorFlow is imported, with no activation at all; the policy's
+      code is site-packages/provision_gpu_policy.py (payload/gpu_policy.py).
+    """
+    prefix = Path(prefix)
+    values = parse_runtime((env.root / RUNTIME).read_text(encoding="utf-8"))
+    values.update(extra or {})
+    etc = prefix / "etc" / "provision"
+    etc.mkdir(parents=True, exist_ok=True)
+    import shlex
+
+    lines = [f"# Installed by provision from {env.name}/{RUNTIME}."]
+    lines += [
+        f"{k}='{v}'" if "'" not in v else f"{k}={shlex.quote(v)}" for k, v in sorted(values.items())
+    ]
+    _write(prefix / INSTALLED_RUNTIME, "\n".join(lines) + "\n")
+    for script in ("activate.sh", "deactivate.sh"):
+        _copy(HOOKS_DIR / script, etc / script)
+    site = site_packages(prefix, env.python)
+    site.mkdir(parents=True, exist_ok=True)
+    _copy(HOOKS_DIR / f"{HOOK_MODULE}.py", site / f"{HOOK_MODULE}.py")
+    _copy(POLICY_SOURCE, site / f"{POLICY_MODULE}.py")
+    _write(site / f"{HOOK_MODULE}.pth", f"import {HOOK_MODULE}\n")
+    if env.path == "conda":
+        for sub, script in (
+            ("activate.d", "conda-activate.sh"),
+            ("deactivate.d", "conda-deactivate.sh"),
+        ):
+            target = prefix / "etc" / "conda" / sub
+            target.mkdir(parents=True, exist_ok=True)
+            _copy(HOOKS_DIR / script, target / "provision.sh")
+    elif (prefix / "bin" / "activate").is_file():
+        _hook_venv_activate(prefix / "bin" / "activate")
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomically, and only when the content differs: a re-run changes nothing it need not."""
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _copy(src: Path, dest: Path) -> None:
+    _write(dest, src.read_text(encoding="utf-8"))
+
+
+# The first line of the venv's deactivate: undo the hooks of the environment that is active (this
+# one, or another provision venv, since bin/activate starts with `deactivate nondestructive`).
+_VENV_UNDO = (
+    '    _provision_undo="${_PROVISION_HOOKED:-}/etc/provision/deactivate.sh"; '
+    'if [ -n "${_PROVISION_HOOKED:-}" ] && [ -f "$_provision_undo" ]; then . "$_provision_undo"; '
+    "fi; unset _PROVISION_HOOKED _provision_undo  # provision hooks\n"
+)
+
+
+def _hook_venv_activate(activate: Path) -> None:
+    """bin/activate runs the hooks; its deactivate undoes them. POSIX sh, as bin/activate is."""
+    block = (HOOKS_DIR / "venv-activate-block.sh").read_text(encoding="utf-8")
+    text = activate.read_text(encoding="utf-8")
+    if _VENV_BLOCK_BEGIN in text:
+        text = text[: text.index(_VENV_BLOCK_BEGIN)]
+    lines = [ln for ln in text.rstrip("\n").split("\n") if not ln.endswith("  # provision hooks")]
+    try:
+        at = lines.index("deactivate () {") + 1
+    except ValueError:
+        raise InstallError(
+            f"{activate} defines no deactivate () {{: not a venv's activate"
+        ) from None
+    lines.insert(at, _VENV_UNDO.rstrip("\n"))
+    _write(activate, "\n".join(lines) + "\n" + block)
