@@ -85,6 +85,11 @@ from provision.cli.common import (
     "first step (tracing, XLA compile) runs longer: 'compile over N s'.",
 )  # fmt: skip
 @click.option(
+    "--gpu-memory", default="env", show_default=True, callback=lambda c, p, v: _gpu_memory(v),
+    help="GPU memory: env (the environment's policy: its limit or growth), growth, or a limit "
+    "in MiB for this benchmark.",
+)  # fmt: skip
+@click.option(
     "--batchnorm", type=click.Choice(("default", "fused", "unfused", "none")), default="default",
     show_default=True, help="ResNet50's BatchNormalization: fused (one cuDNN kernel), unfused, "
     "or none.",
@@ -403,6 +408,14 @@ def _bench_checks(options: dict[str, object]) -> None:
     for key in ("xla_cache", "profile"):
         if options[key] is not None:
             options[key] = str(Path(str(options[key])).absolute())
+
+
+def _gpu_memory(value: str) -> str:
+    if value in ("env", "growth") or (value.isdigit() and int(value) > 0):
+        return value
+    raise click.BadParameter(
+        f"{value!r}: give env, growth or a number of MiB", param_hint="--gpu-memory"
+    )
 
 
 def _precisions(value: str) -> str:
