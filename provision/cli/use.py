@@ -411,10 +411,17 @@ def _bench_checks(options: dict[str, object]) -> None:
 
 
 def _gpu_memory(value: str) -> str:
-    if value in ("env", "growth") or (value.isdigit() and int(value) > 0):
+    import re
+
+    from provision.matrix.spec import MAX_GPU_MEMORY_MIB
+
+    if value in ("env", "growth"):
+        return value
+    if re.fullmatch("[0-9]{1,9}", value) and 0 < int(value) <= MAX_GPU_MEMORY_MIB:
         return value
     raise click.BadParameter(
-        f"{value!r}: give env, growth or a number of MiB", param_hint="--gpu-memory"
+        f"{value[:40]!r}: give env, growth or a positive number of MiB (at most 16 TiB)",
+        param_hint="--gpu-memory",
     )
 
 

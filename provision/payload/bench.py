@@ -152,7 +152,7 @@ def gpu_memory_override(value: str) -> str:
         os.environ[LIMIT_VAR] = ""  # no limit: the benchmark's memory growth
         os.environ[GROWTH_VAR] = "true"
         return "--gpu-memory growth: memory growth, whatever GPU policy the environment sets"
-    if not value.isdigit() or int(value) < 1:
+    if not value.isascii() or not value.isdigit() or int(value) < 1:
         raise SystemExit(f"bench: --gpu-memory takes env, growth or a number of MiB, not {value!r}")
     os.environ[LIMIT_VAR] = value
     return f"--gpu-memory {value}: a limit of {value} MiB per GPU, whatever the environment sets"
