@@ -163,5 +163,5 @@ def summary(record: Mapping[str, Any]) -> str:
     elif kind == NONE and not errors:
         return ""
     else:
-        text = f"GPU memory: the environment's policy is {asked}; no GPU to apply it to"
+        text = f"GPU memory: asked for {asked}; no GPU to apply it to"
     return text + ("; " + "; ".join(errors) if errors else "")
