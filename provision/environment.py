@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from provision import _proc, records, registry
+from provision import _proc, payload_app, records, registry
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
 from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, PathKind, resolve
 
@@ -39,9 +39,6 @@ DEFAULT_OUT = Path("envs")
 # What `provision install` puts into a prefix, from the package (never from envs/).
 HOOKS_DIR = Path(__file__).with_name("hooks")
 HOOK_MODULE = "provision_env_hook"
-# The GPU policy's code, shared by the hook (which imports it under this name) and the payload.
-POLICY_MODULE = "provision_gpu_policy"
-POLICY_SOURCE = Path(__file__).parent / "payload" / "gpu_policy.py"
 INSTALLED_RUNTIME = Path("etc/provision/runtime.env")
 # Where templates/system's install script puts its venv when run without --prefix (as root).
 SYSTEM_VENVS = Path("/opt/provision/venvs")
@@ -388,8 +385,7 @@ def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = N
     - etc/provision/{activate,deactivate}.sh, and conda's activate.d/deactivate.d or the venv's
       bin/activate calling them: activation as before;
     - site-packages/provision_env_hook.{py,pth}: the interpreter finds its CUDA libraries and
-      applies the GPU policy when TensorFlow is imported, with no activation at all; the policy's
-      code is site-packages/provision_gpu_policy.py (payload/gpu_policy.py).
+      applies the GPU policy (with provision_gpu_policy.py, the payload's) on `import tensorflow`.
     """
     prefix = Path(prefix)
     values = parse_runtime((env.root / RUNTIME).read_text(encoding="utf-8"))
@@ -408,7 +404,7 @@ def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = N
     site = site_packages(prefix, env.python)
     site.mkdir(parents=True, exist_ok=True)
     _copy(HOOKS_DIR / f"{HOOK_MODULE}.py", site / f"{HOOK_MODULE}.py")
-    _copy(POLICY_SOURCE, site / f"{POLICY_MODULE}.py")
+    _copy(payload_app.POLICY_SOURCE, site / f"{payload_app.POLICY_MODULE}.py")
     _write(site / f"{HOOK_MODULE}.pth", f"import {HOOK_MODULE}\n")
     if env.path == "conda":
         for sub, script in (
