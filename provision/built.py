@@ -292,8 +292,8 @@ def export(found: Found, dest: Path) -> list[str]:
         for script in ("activate.sh", "deactivate.sh", "provision_env_hook.py"):
             shutil.copyfile(prefix_hooks.HOOKS_DIR / script, hooks / script)
             files.append(f"hooks/{script}")
-        policy = f"hooks/{prefix_hooks.POLICY_MODULE}.py"
-        shutil.copyfile(prefix_hooks.POLICY_SOURCE, tmp / policy)
+        policy = f"hooks/{payload_app.POLICY_MODULE}.py"
+        shutil.copyfile(payload_app.POLICY_SOURCE, tmp / policy)
         files.append(policy)
         if env.path == "system":
             from provision import install

@@ -22,6 +22,9 @@ from typing import Literal
 Program = Literal["smoke", "bench"]
 
 SOURCE = Path(__file__).with_name("payload")
+# The GPU policy's code: in the zipapp, and installed beside the start-up hook under this name.
+POLICY_SOURCE = SOURCE / "gpu_policy.py"
+POLICY_MODULE = "provision_gpu_policy"
 PACKAGE = "provision_payload"  # the payload's name inside the zipapp (no `provision` there)
 SHEBANG = b"#!/usr/bin/env python3\n"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip member can carry

@@ -92,13 +92,31 @@ def test_bench_keeps_the_limit_the_start_up_hook_set(hooked: Path) -> None:
         "errors": [],
     }
     line = (
-        "GPU memory: 1 logical device on 1 device(s), set by provision_env_hook (the "
-        "environment's policy: a limit of 4096 MiB per GPU)"
+        "GPU memory: 1 logical device on 1 device(s), set by provision_env_hook (asked for: a "
+        "limit of 4096 MiB per GPU)"
     )
     assert line in report["messages"] and line in err  # said once, as it starts
     assert err.count(line) == 1
     assert [r["precision"] for r in report["runs"]] == ["float32"]
     assert "virtual devices configured" not in err
+
+
+@pytest.mark.slow
+def test_gpu_memory_growth_overrides_the_environments_limit_and_says_so(hooked: Path) -> None:
+    code, report, err = bench_json(
+        hooked, "--precision", "float32", "--gpu-memory", "growth", *SMALL, **ON_CPU
+    )
+    assert code == 0, err[-3000:]
+    assert report["settings"]["gpu_memory"] == "growth"
+    policy = report["gpu_policy"]  # the hook kept what the benchmark set: no limit
+    assert (policy["policy"], policy["devices"], policy["set_by"]) == (
+        "growth",
+        {CPU0: "default"},
+        {},
+    )
+    line = "--gpu-memory growth: memory growth, whatever GPU policy the environment sets"
+    assert line in report["messages"]
+    assert " --gpu-memory growth" in report["command"]
 
 
 @pytest.mark.slow

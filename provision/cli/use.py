@@ -85,6 +85,11 @@ from provision.cli.common import (
     "first step (tracing, XLA compile) runs longer: 'compile over N s'.",
 )  # fmt: skip
 @click.option(
+    "--gpu-memory", default="env", show_default=True, callback=lambda c, p, v: _gpu_memory(v),
+    help="GPU memory: env (the environment's policy: its limit or growth), growth, or a limit "
+    "in MiB for this benchmark.",
+)  # fmt: skip
+@click.option(
     "--batchnorm", type=click.Choice(("default", "fused", "unfused", "none")), default="default",
     show_default=True, help="ResNet50's BatchNormalization: fused (one cuDNN kernel), unfused, "
     "or none.",
@@ -441,6 +446,21 @@ def _bench_checks(options: dict[str, object]) -> None:
     for key in ("xla_cache", "profile"):
         if options[key] is not None:
             options[key] = str(Path(str(options[key])).absolute())
+
+
+def _gpu_memory(value: str) -> str:
+    import re
+
+    from provision.matrix.spec import MAX_GPU_MEMORY_MIB
+
+    if value in ("env", "growth"):
+        return value
+    if re.fullmatch("[0-9]{1,9}", value) and 0 < int(value) <= MAX_GPU_MEMORY_MIB:
+        return value
+    raise click.BadParameter(
+        f"{value[:40]!r}: give env, growth or a positive number of MiB (at most 16 TiB)",
+        param_hint="--gpu-memory",
+    )
 
 
 def _precisions(value: str) -> str:

@@ -9,15 +9,13 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from provision import payload_app
 from provision.environment import INSTALLED_RUNTIME, RUNTIME, EnvDir, parse_runtime, site_packages
 from provision.errors import InstallError
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 HOOKS_DIR = _PACKAGE / "hooks"
 HOOK_MODULE = "provision_env_hook"
-# The GPU policy's code, shared by the hook (which imports it under this name) and the payload.
-POLICY_MODULE = "provision_gpu_policy"
-POLICY_SOURCE = _PACKAGE / "payload" / "gpu_policy.py"
 
 _VENV_BLOCK_BEGIN = "# >>> provision hooks >>>"
 _VENV_BLOCK_END = "# <<< provision hooks <<<"
@@ -50,7 +48,7 @@ def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = N
     site = site_packages(prefix, env.python)
     site.mkdir(parents=True, exist_ok=True)
     _copy(HOOKS_DIR / f"{HOOK_MODULE}.py", site / f"{HOOK_MODULE}.py")
-    _copy(POLICY_SOURCE, site / f"{POLICY_MODULE}.py")
+    _copy(payload_app.POLICY_SOURCE, site / f"{payload_app.POLICY_MODULE}.py")
     _write(site / f"{HOOK_MODULE}.pth", f"import {HOOK_MODULE}\n")
     if env.path == "conda":
         for sub, script in (

@@ -54,6 +54,7 @@ from .bench_schema import (
     Skip,
 )
 from .bench_train import event
+from .gpu_policy import GROWTH_VAR, LIMIT_VAR
 from .gpu_policy import summary as policy_summary
 
 __all__ = ["EVENT", "main"]
@@ -95,6 +96,7 @@ def parse_args(argv: list[str] | None = None, prog: str = "bench") -> argparse.N
         "fused (one cuDNN kernel), unfused, or none",
     )
     add("--optimizer-jit", choices=JIT, help="XLA for the optimizer's update (Keras 2 only)")
+    add("--gpu-memory", help="env (the environment's GPU policy), growth, or a limit in MiB")
     add("--xla-cache", help="a folder for XLA's persistent compilation cache")
     add("--profile", help="trace a few steps after the timed ones into this folder (tf.profiler)")
     add("--json", dest="json_out", default=None, help="write the report here")
@@ -141,6 +143,21 @@ def xla_environment() -> Dict[str, Optional[str]]:
     return {k: os.environ.get(k) for k in ("XLA_FLAGS", "TF_XLA_FLAGS")}
 
 
+def gpu_memory_override(value: str) -> str:
+    """--gpu-memory growth|MiB: the GPU policy for every configuration instead of the
+    environment's (its start-up hook keeps what a process set itself); one line saying so."""
+    if value in ("env", "", None):
+        return ""
+    if value == "growth":
+        os.environ[LIMIT_VAR] = ""  # no limit: the benchmark's memory growth
+        os.environ[GROWTH_VAR] = "true"
+        return "--gpu-memory growth: memory growth, whatever GPU policy the environment sets"
+    if not value.isascii() or not value.isdigit() or int(value) < 1:
+        raise SystemExit(f"bench: --gpu-memory takes env, growth or a number of MiB, not {value!r}")
+    os.environ[LIMIT_VAR] = value
+    return f"--gpu-memory {value}: a limit of {value} MiB per GPU, whatever the environment sets"
+
+
 def use_xla_cache(folder: str) -> None:
     """XLA's persistent compilation cache (TF_XLA_FLAGS, before TensorFlow loads): compiled
     executables are written to the folder and read back by later runs of the same step."""
@@ -157,6 +174,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "bench") -> int:
         use_xla_cache(args.xla_cache)
     if args.part:
         return part_main(args)
+    override = gpu_memory_override(args.gpu_memory)
     report: Dict[str, Any] = {}
     runs: List[Run] = []
     failed: List[Failure] = []
@@ -175,8 +193,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "bench") -> int:
             if facts and not report:
                 report = new_report(args, facts, runs, failed, skipped, messages)
                 line = policy_summary(facts.get("gpu_policy") or {})
-                if line:
-                    messages.append(line)
+                messages += [m for m in (line, override) if m]
             for m in part.get("messages") or []:
                 if m not in messages:
                     messages.append(m)

@@ -75,6 +75,7 @@ DEFAULTS: Dict[str, str | int | None] = {
     "loop": "fit",
     "strategy": "mirrored",
     "max_seconds": 0,
+    "gpu_memory": "env",
     "batchnorm": "default",
     "optimizer_jit": "auto",
     "xla_cache": None,
@@ -95,6 +96,7 @@ SCHEMA1_SETTINGS: Dict[str, str | int] = {
 }
 # Settings added to schema 2 later, at the values runs without them had.
 LATER_SETTINGS: Dict[str, str | None] = {
+    "gpu_memory": "env",
     "batchnorm": "default",
     "optimizer_jit": "auto",
     "xla_cache": None,

@@ -154,11 +154,14 @@ def summary(record: Mapping[str, Any]) -> str:
     errors = record.get("errors") or []
     if devices:
         who = sorted(set((record.get("set_by") or {}).values()))
-        text = "GPU memory: {} on {} device(s), set by {} (the environment's policy: {})".format(
-            ", ".join(sorted(set(devices.values()))), len(devices), ", ".join(who), asked
+        text = "GPU memory: {} on {} device(s){} (asked for: {})".format(
+            ", ".join(sorted(set(devices.values()))),
+            len(devices),
+            ", set by " + ", ".join(who) if who else "",
+            asked,
         )
     elif kind == NONE and not errors:
         return ""
     else:
-        text = f"GPU memory: the environment's policy is {asked}; no GPU to apply it to"
+        text = f"GPU memory: asked for {asked}; no GPU to apply it to"
     return text + ("; " + "; ".join(errors) if errors else "")

@@ -22,6 +22,8 @@
 # Resumable: a line whose OUT/<env>--<id>.json exists is skipped; one that failed or timed out
 # left OUT/<env>--<id>.failed and is skipped too unless RETRY=1. Progress: OUT/<env>--<id>.log.
 #
+# The whole GPU: --gpu-memory GPU_MEMORY (growth), whatever limit the environment sets (an
+# environment rendered with --gpu-memory 4096 cannot hold ResNet50 at batch 128 within it).
 # Environment: PROVISION (how to run provision; default: python3 -m provision from this checkout),
 # STEPS / WARMUP (20 / 5), BOUND (--max-seconds, 180), TIMEOUT (seconds per line, 420), BUDGET
 # (seconds: no line starts after that many since the script started), ONLY (a regex of ids to run), BENCH_ARGS (more options for every line, after the others: the CPU test
@@ -43,7 +45,7 @@ mkdir -p "$out"
 read -r -a provision <<<"${PROVISION:-python3 -m provision}"
 export PYTHONPATH="$top${PYTHONPATH:+:$PYTHONPATH}"
 common=(--model resnet50 --image-size 224 --gpus 1 --steps "${STEPS:-20}" --warmup "${WARMUP:-5}"
-	--max-seconds "${BOUND:-180}")
+	--max-seconds "${BOUND:-180}" --gpu-memory "${GPU_MEMORY:-growth}")
 read -r -a extra <<<"${BENCH_ARGS:-}" # later options win: tests shrink the model with these
 common+=("${extra[@]}")
 fp3=float32,mixed_float16,mixed_bfloat16
