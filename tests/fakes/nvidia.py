@@ -38,9 +38,10 @@ from typing import Any
 
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
-from tools.wheel_facts import SIMPLE_JSON, RangeReader, index_url
+from tools.wheel_facts import SIMPLE_JSON, index_url
 
 from provision.matrix import Cuda, Cudnn
+from provision.releases.wheels import Counter, RangeReader
 
 PAYLOAD_MARK = "__PAYLOAD_BELOW__"
 FIXED_MTIME = 1_600_000_000  # archives are byte-identical from run to run
@@ -92,7 +93,7 @@ def wheel_members(wheel: Wheel, patterns: Iterable[str]) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest.parent))
     try:
-        raw = io.BufferedReader(RangeReader(wheel.url, wheel.size), buffer_size=1 << 16)
+        raw = io.BufferedReader(RangeReader(wheel.url, wheel.size, Counter()), buffer_size=1 << 16)
         with zipfile.ZipFile(raw) as zf:
             names = [n for n in zf.namelist() if any(fnmatch(n, p) for p in wanted)]
             if not names:

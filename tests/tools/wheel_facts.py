@@ -20,7 +20,6 @@ The index is pip's: PIP_INDEX_URL when set, else pip's own default (never a host
 from __future__ import annotations
 
 import argparse
-import ast
 import io
 import json
 import re
@@ -38,6 +37,9 @@ from typing import Any
 from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 from packaging.version import InvalidVersion, Version
+
+from provision.releases import derive
+from provision.releases import wheels as remote
 
 FIRST = Version("2.4")
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -67,42 +69,6 @@ def simple(project: str, index: str | None = None) -> dict[str, Any]:
     with urllib.request.urlopen(req, timeout=60) as resp:
         data: dict[str, Any] = json.load(resp)
     return data
-
-
-class RangeReader(io.RawIOBase):
-    """A read-only, seekable file over HTTP Range requests: zipfile reads single members."""
-
-    def __init__(self, url: str, size: int):
-        super().__init__()
-        self.url, self.size, self.pos, self.requests = url, size, 0, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        self.pos = base + offset
-        return self.pos
-
-    def readinto(self, buffer: Any) -> int:
-        if self.pos >= self.size:
-            return 0
-        end = min(self.pos + len(buffer), self.size) - 1
-        req = urllib.request.Request(self.url, headers={"Range": f"bytes={self.pos}-{end}"})
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            if resp.status != 206:
-                raise OSError(f"{self.url}: server ignored the Range request (HTTP {resp.status})")
-            data = resp.read()
-        self.requests += 1
-        buffer[: len(data)] = data
-        self.pos += len(data)
-        return len(data)
 
 
 def glibc_of(platform_tag: str) -> str:
@@ -149,27 +115,20 @@ def pythons_of(wheels: list[dict[str, Any]]) -> list[str]:
 
 def read_members(url: str, size: int) -> tuple[str, str | None, str | None, int]:
     """METADATA, build_info.py and cuda_config.h of one wheel, read remotely."""
-    raw = RangeReader(url, size)
+    counter = remote.Counter()
+    raw = remote.RangeReader(url, size, counter)
     with zipfile.ZipFile(io.BufferedReader(raw, buffer_size=1 << 20)) as zf:
         names = set(zf.namelist())
         meta_name = next(n for n in names if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
         metadata = zf.read(meta_name).decode()
         build_info = zf.read(BUILD_INFO).decode() if BUILD_INFO in names else None
         cuda_config = zf.read(CUDA_CONFIG).decode() if CUDA_CONFIG in names else None
-    return metadata, build_info, cuda_config, raw.requests
+    return metadata, build_info, cuda_config, counter.requests
 
 
 def parse_build_info(text: str) -> dict[str, Any]:
     """The literal `build_info = collections.OrderedDict([...])` of build_info.py, as a dict."""
-    for node in ast.walk(ast.parse(text)):
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "build_info" for t in node.targets)
-            and isinstance(node.value, ast.Call)
-            and node.value.args
-        ):
-            return dict(ast.literal_eval(node.value.args[0]))
-    raise ValueError("build_info.py holds no build_info literal")
+    return dict(derive.parse_build_info(text, "build_info.py"))
 
 
 def parse_cuda_config(text: str) -> dict[str, str]:
