@@ -316,3 +316,22 @@ def test_cuda_config_h_is_read_past_its_include_guard() -> None:
     assert found["TF_CUDA_VERSION"] == "12.5.1" and found["TF_CUDNN_VERSION"] == "9"
     assert found["CUDA_CUDA_CONFIG_H_"] == "" and found["TF_CUDA_TOOLKIT_PATH"] == ""
     assert found["TF_CUDA_COMPUTE_CAPABILITIES"] == "60, 70, 90"
+
+
+def test_a_failed_configuration_is_named_by_what_tensorflow_said_last() -> None:
+    """A TensorFlow error's first line is only its header ('Graph execution error:', as an H200
+    run recorded); the reason comes after the frames, and that is what the report keeps."""
+    from provision.payload.bench_config import failure_line
+
+    text = (
+        "Graph execution error:\n\nDetected at node StatefulPartitionedCall defined at (most "
+        'recent call last):\n  File "/env/bin/train.py", line 3, in <module>\n\n  File '
+        '"keras/trainer.py", line 9, in fit\n\nlibdevice not found at ./libdevice.10.bc\n'
+        "\t [[{{node StatefulPartitionedCall}}]] [Op:__inference_multi_step_on_iterator_5678]\n"
+    )
+    assert failure_line(text, "InternalError") == (
+        "Graph execution error: libdevice not found at ./libdevice.10.bc"
+    )
+    assert failure_line("out of memory\nmore", "ResourceExhaustedError") == "out of memory"
+    assert failure_line("  \n", "ValueError") == "ValueError"
+    assert len(failure_line("x" * 1000, "E")) == 300

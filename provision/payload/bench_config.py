@@ -253,8 +253,7 @@ def part_main(args: argparse.Namespace) -> int:
     except Skipped as exc:
         out["outcome"] = {"skipped": str(exc)}
     except Exception as exc:  # one configuration failing must not hide the others
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        out["outcome"] = {"failed": first[:300]}
+        out["outcome"] = {"failed": failure_line(str(exc), type(exc).__name__)}
     if loaded is not None:
         with contextlib.suppress(Exception):
             out["software"] = software(loaded)
@@ -262,3 +261,18 @@ def part_main(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)  # TensorFlow's threads can make an orderly interpreter exit hang or crash
+
+
+def failure_line(text: str, name: str) -> str:
+    """One line for a configuration that failed. TensorFlow's errors open with a header such as
+    'Graph execution error:', then the Python frames where the op was defined (indented), and say
+    what went wrong last, before the node's own [[...]] line: the header and that message."""
+    lines = [ln.rstrip() for ln in text.strip().splitlines() if ln.strip()]
+    if not lines:
+        return name
+    first = lines[0].strip()
+    if first.endswith(":") and len(lines) > 1:
+        said = [ln for ln in lines[1:] if not ln[0].isspace() and not ln.startswith("Detected at")]
+        if said:
+            first = f"{first} {said[-1].strip()}"
+    return first[:300]
