@@ -332,6 +332,17 @@ def test_a_failed_configuration_is_named_by_what_tensorflow_said_last() -> None:
     assert failure_line(text, "InternalError") == (
         "Graph execution error: libdevice not found at ./libdevice.10.bc"
     )
+    keras = (
+        "Unable to automatically build the model. Please build it yourself before calling fit. "
+        "A model is 'built' when its variables have been created.\nException encountered:\n"
+        "'Exception encountered when calling FusedBatchNormalization.call().\n\n"
+        "\x1b[1m'FusedBatchNormalization' object has no attribute 'renorm'\x1b[0m\n\n"
+        "Arguments received by FusedBatchNormalization.call():\n  \u2022 training=False'"
+    )
+    assert failure_line(keras, "RuntimeError") == (
+        "Unable to automatically build the model. "
+        "'FusedBatchNormalization' object has no attribute 'renorm'"
+    )
     assert failure_line("out of memory\nmore", "ResourceExhaustedError") == "out of memory"
     assert failure_line("  \n", "ValueError") == "ValueError"
     assert len(failure_line("x" * 1000, "E")) == 300

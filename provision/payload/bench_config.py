@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from types import ModuleType
@@ -266,13 +267,23 @@ def part_main(args: argparse.Namespace) -> int:
 def failure_line(text: str, name: str) -> str:
     """One line for a configuration that failed. TensorFlow's errors open with a header such as
     'Graph execution error:', then the Python frames where the op was defined (indented), and say
-    what went wrong last, before the node's own [[...]] line: the header and that message."""
-    lines = [ln.rstrip() for ln in text.strip().splitlines() if ln.strip()]
+    what went wrong last, before the node's own [[...]] line; Keras wraps the real exception
+    after 'Exception encountered:'. The header (its first sentence) and that reason."""
+    lines = [ANSI.sub("", ln).rstrip() for ln in text.strip().splitlines() if ln.strip()]
     if not lines:
         return name
     first = lines[0].strip()
-    if first.endswith(":") and len(lines) > 1:
-        said = [ln for ln in lines[1:] if not ln[0].isspace() and not ln.startswith("Detected at")]
+    wrapped = any(ln.strip().endswith("Exception encountered:") for ln in lines[1:])
+    if (first.endswith(":") or wrapped) and len(lines) > 1:
+        said = [
+            ln.strip()
+            for ln in lines[1:]
+            if not ln[0].isspace() and not ln.endswith(":") and not ln.startswith("Detected at")
+        ]
         if said:
-            first = f"{first} {said[-1].strip()}"
+            head = first if len(first) < 80 else first.split(". ")[0] + "."
+            first = f"{head} {said[-1]}"
     return first[:300]
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")

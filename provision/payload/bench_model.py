@@ -180,7 +180,8 @@ def fused_batchnorm_class(tf: ModuleType) -> Any:
         def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
             axis = self.axis if isinstance(self.axis, int) else self.axis[0]
             rank = len(inputs.shape)
-            if rank != 4 or axis not in (1, 3, -1) or mask is not None or self.renorm:
+            renorm = getattr(self, "renorm", False)  # Keras 3.13 has no renorm
+            if rank != 4 or axis not in (1, 3, -1) or mask is not None or renorm:
                 return super().call(inputs, training=training, mask=mask)
             fmt = "NCHW" if axis == 1 else "NHWC"
             channels = int(inputs.shape[axis])
