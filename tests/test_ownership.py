@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from bundletools import needs_unshare
 from click.testing import CliRunner
 from tinyindex import Env, Index, run_cli
 
@@ -485,6 +486,7 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return provision_wheelhouse(tmp_path_factory.mktemp("provision-wheels"))
 
 
+@needs_unshare
 def test_a_bundle_over_an_environment_of_its_name_from_other_inputs_asks_for_force(
     index: Index, env: Env, wheelhouse: Path, tmp_path: Path
 ) -> None:

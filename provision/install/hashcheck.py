@@ -89,25 +89,26 @@ def _version_of(filename: str) -> str | None:
 
 
 def problem(pin: Pin, files: Sequence[tuple[str, str | None]]) -> str | None:
-    """What is wrong with a pin's hashes against the index's files of its release, or None."""
+    """What is wrong with a pin's hashes against the index's files of its release, or None.
+
+    Judged only where the index lists at least as many files of the release as the pin has
+    hashes, each with its sha256: then every lock hash must be one of them. An index that lists
+    fewer (a lab's mirror of the locked wheels only, the fleet's index, a wheelhouse) cannot tell
+    a hash of a file it does not carry from one added to the lock; the installer still checks
+    every file it installs against the lock."""
     want = canonicalize_version(pin.version)
     release = [
         (f, sha) for f, sha in files if (v := _version_of(f)) and canonicalize_version(v) == want
     ]
-    shown = f"{pin.name}=={pin.version}"
-    if len(pin.hashes) > len(release):
-        return (
-            f"{shown} has {len(pin.hashes)} --hash lines, and the index lists "
-            f"{len(release)} file(s) of that release: one hash per file"
-        )
     published = {sha.lower() for _, sha in release if sha}
-    if len(published) == len(release):  # every file has its hash: each lock hash must be one
-        strangers = [h for h in pin.hashes if h.removeprefix("sha256:") not in published]
-        if strangers:
-            return (
-                f"{shown} has --hash {strangers[0][:20]}..., the sha256 of no file the index "
-                "lists for that release"
-            )
+    if len(published) < len(release) or len(release) < len(pin.hashes):
+        return None
+    strangers = [h for h in pin.hashes if h.removeprefix("sha256:") not in published]
+    if strangers:
+        return (
+            f"{pin.name}=={pin.version} has --hash {strangers[0][:20]}..., the sha256 of no "
+            f"file the index lists for that release ({len(release)} file(s), one hash each)"
+        )
     return None
 
 

@@ -26,7 +26,8 @@
 # environment rendered with --gpu-memory 4096 cannot hold ResNet50 at batch 128 within it).
 # Environment: PROVISION (how to run provision; default: python3 -m provision from this checkout),
 # STEPS / WARMUP (20 / 5), BOUND (--max-seconds, 180), TIMEOUT (seconds per line, 420), BUDGET
-# (seconds: no line starts after that many since the script started), ONLY (a regex of ids to run), BENCH_ARGS (more options for every line, after the others: the CPU test
+# (seconds: no line starts after that many since the script started), ONLY (a regex of ids to
+# run), BENCH_ARGS (option-value pairs for every line, replacing the defaults: the CPU test
 # uses a tiny model), SCALING (GPU counts, e.g. 1,2: adds a scaling line for both environments and
 # OUT/scaling.png).
 # Expected time on one H200 (SET=gap), from the 2026-11-30 runs (a line without XLA: about 40 s,
@@ -47,6 +48,17 @@ export PYTHONPATH="$top${PYTHONPATH:+:$PYTHONPATH}"
 common=(--model resnet50 --image-size 224 --gpus 1 --steps "${STEPS:-20}" --warmup "${WARMUP:-5}"
 	--max-seconds "${BOUND:-180}" --gpu-memory "${GPU_MEMORY:-growth}")
 read -r -a extra <<<"${BENCH_ARGS:-}" # later options win: tests shrink the model with these
+overridden() { # OPTION-VALUE PAIRS -- ARGS...: the pairs whose option ARGS do not give again
+	local pairs=() given i
+	while [ "$1" != -- ]; do pairs+=("$1"); shift; done
+	shift
+	given=" $* "
+	for ((i = 0; i < ${#pairs[@]}; i += 2)); do
+		case $given in *" ${pairs[i]} "*) ;; *) printf '%s\n' "${pairs[i]}" "${pairs[i + 1]}" ;; esac
+	done
+}
+# provision refuses an option given twice: what BENCH_ARGS (or a line) gives replaces the default
+mapfile -t common < <(overridden "${common[@]}" -- "${extra[@]}")
 common+=("${extra[@]}")
 fp3=float32,mixed_float16,mixed_bfloat16
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296} # the PTX JIT cache of TF 2.13 on Hopper
@@ -115,10 +127,12 @@ run() { # env id VAR=value... -- options...
 	local where
 	mapfile -t where < <(target "$env")
 	set -- "${@//PROFILE_DIR/$out/profile-$(label "$env")}" # a trace folder per release
-	echo "== $name: ${vars[*]} provision bench ${where[*]} ${common[*]} $*"
+	local line_common
+	mapfile -t line_common < <(overridden "${common[@]}" -- "$@")
+	echo "== $name: ${vars[*]} provision bench ${where[*]} ${line_common[*]} $*"
 	started=$(date +%s)
 	env "${vars[@]}" timeout -k 20 "${TIMEOUT:-420}" "${provision[@]}" bench "${where[@]}" \
-		"${common[@]}" "$@" --json >"$out/$name.tmp" 2>"$out/$name.log"
+		"${line_common[@]}" "$@" --json >"$out/$name.tmp" 2>"$out/$name.log"
 	rc=$?
 	if python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["runs"]' "$out/$name.tmp" 2>/dev/null; then
 		mv "$out/$name.tmp" "$file"
