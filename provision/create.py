@@ -125,6 +125,7 @@ def create(
     jupyter: bool = False,
     report: Report = nothing,
     pre: bool = False,
+    packages: Sequence[str] = (),
 ) -> CreateResult:
     """progress: each step as it starts and ends; report: what goes on inside the steps (the
     installers' downloads, install.sh's steps, the smoke test)."""
@@ -140,6 +141,10 @@ def create(
     result = CreateResult(name=env_spec.name, path=env_spec.path, env_dir=Path(out) / env_spec.name)
     if channels and env_spec.path != "conda":
         raise UsageError("--channel applies to the conda path only")
+    from provision.userpackages import parse_spec
+
+    for given in packages:  # a bad spec is refused before anything is written
+        parse_spec(given, env_spec.path == "conda", f"--with {given}")
     # Everything that can be checked is checked before the first file is written.
     if prefix is not None:
         target = install_mod.followed(Path(prefix).absolute())
@@ -150,7 +155,8 @@ def create(
     made = [d for d in (Path(out), Path(out) / env_spec.name) if not d.exists()]
     try:
         _steps(result, _named(env_spec.name, out), [
-            lambda: _render(out, tf, env_spec.path, python, name, gpu_memory, gpus, jupyter, force),
+            lambda: _render(out, tf, env_spec.path, python, name, gpu_memory, gpus, jupyter, force,
+                            packages),
             lambda: _lock(out, env_spec.name, solver, channels, force),
             lambda: _install(out, env_spec.name, prefix, force, solver, result, report),
             lambda: _verify(out, env_spec.name, result, force, report),
@@ -224,12 +230,14 @@ def _render(
     gpus: str | None,
     jupyter: bool,
     force: bool,
+    packages: Sequence[str] = (),
 ) -> StepResult:
     from provision import render
 
     return render.run(
         out=out, tf=tf, path=path, python=python, name=name, all_=False, check=False,
         force=force, gpu_memory=gpu_memory, gpus=gpus, jupyter=jupyter, pre=True,
+        packages=packages,
     )  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from provision import _proc, diskread, records, registry
+from provision import _proc, diskread, records, registry, userpackages
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
 from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, PathKind, resolve
 
@@ -35,6 +35,10 @@ INPUT_FILES: dict[str, tuple[str, ...]] = {
     "pip": ("requirements.in",),
     "system": ("requirements.in", "system.env"),
 }
+# The user's packages (userpackages): an input of every path, theirs to edit, never in the
+# manifest's hashes; render keeps it, as it keeps the lock.
+USER_FILE = userpackages.FILE
+KEPT_FILES = (*sorted(set(LOCK_FILES.values())), USER_FILE)
 RUNTIME = "hooks/runtime.env"
 DEFAULT_OUT = Path("envs")
 # Where `provision install` puts the runtime values in a prefix (install/prefix_hooks.py).
@@ -161,6 +165,27 @@ class EnvDir:
     @property
     def inputs(self) -> tuple[Path, ...]:
         return tuple(self.root / rel for rel in INPUT_FILES[self.path])
+
+    @property
+    def user_file(self) -> Path:
+        return self.root / USER_FILE
+
+    def user_text(self) -> str | None:
+        """packages.in as it is, None when there is none; ManifestError when it is not a file."""
+        try:
+            return diskread.read_text(self.user_file, RENDERED_LIMIT)
+        except FileNotFoundError:
+            return None
+        except (OSError, diskread.Unreadable) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            raise ManifestError(f"cannot read {self.user_file}: {why}") from exc
+
+    def packages(self) -> list[userpackages.Package]:
+        """The user's packages, in the file's order (none without packages.in)."""
+        text = self.user_text()
+        if text is None:
+            return []
+        return userpackages.parse(text, self.path == "conda", f"{self.name}/{USER_FILE}")
 
     def edited(self) -> list[str]:
         """Rendered files that are missing or no longer what provision rendered (hand edits)."""

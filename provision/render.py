@@ -14,13 +14,13 @@ import os
 import shlex
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision import environment, paths, yamldoc
+from provision import environment, paths, userpackages, yamldoc
 from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
 from provision.matrix import Matrix
@@ -41,8 +41,9 @@ if TYPE_CHECKING:
     import jinja2
 
 META = environment.MANIFEST
-# Written by `provision lock`, never rendered: carried over when an environment is re-rendered.
-LOCK_FILES = tuple(sorted(set(environment.LOCK_FILES.values())))
+# Written by `provision lock` or the user's own (packages.in), never rendered: carried over when an
+# environment is re-rendered.
+LOCK_FILES = environment.KEPT_FILES
 # Written next to the rendered files by other commands, and kept as they are: `provision fleet`.
 KEPT_DIRS = ("ansible",)
 HEADER = "common/header.j2"
@@ -261,17 +262,18 @@ def run(
     gpus: str | None,
     jupyter: bool = False,
     pre: bool = False,
+    packages: Sequence[str] = (),
 ) -> StepResult:
     """`provision render`: resolve the request, render everything in memory, then check or write.
     Done when a file was written, skipped when every file was already as rendered, stale when
-    --check finds one that is not."""
+    --check finds one that is not. packages: the user's (`--with`, `-r`), added to packages.in."""
     m = matrix_module.load()
     result = StepResult("render")
     if all_:
-        if tf or python or name or gpu_memory or gpus or jupyter:
+        if tf or python or name or gpu_memory or gpus or jupyter or packages:
             raise UsageError(
                 "--all renders every release at its defaults; drop --tf/--python/"
-                "--name/--gpu-memory/--gpus/--jupyter, or render one release with --tf"
+                "--name/--gpu-memory/--gpus/--jupyter/--with, or render one release with --tf"
             )
         specs = all_specs(m)
         for rel in m.finals:
@@ -288,12 +290,30 @@ def run(
     rendered = {s.name: render(s, m) for s in specs}
     _check_out_dir(out, writing=not check)
     if check:
+        if packages:
+            raise UsageError("--check compares rendered files; it takes no --with or -r")
         _check(out, rendered, all_, result)
     else:
-        _write_all(out, rendered, all_, force, result)
+        user = {s.name: _user_text(out / s.name, s, packages) for s in specs if packages}
+        _write_all(out, rendered, all_, force, result, user)
         if not any(line.startswith("rendered ") for line in result.lines):
             result.outcome = "skipped"
     return result
+
+
+def _user_text(folder: Path, spec: EnvSpec, packages: Sequence[str]) -> str:
+    """packages.in with the packages given added (the user's lines kept); UsageError before
+    anything is written when one is not a package spec."""
+    conda = spec.path == "conda"
+    wanted = [userpackages.parse_spec(p, conda, f"--with {p}") for p in packages]
+    path = folder / environment.USER_FILE
+    try:
+        text = path.read_text(encoding="utf-8") if os.path.lexists(path) else None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RenderError(f"cannot read {path}: {exc}") from exc
+    if text is not None:
+        userpackages.parse(text, conda, str(path))  # the user's own lines must read first
+    return userpackages.added(text, wanted, spec.name, conda)
 
 
 def _check_out_dir(out: Path, *, writing: bool) -> None:
@@ -366,6 +386,7 @@ def _write_all(
     all_: bool,
     force: bool,
     result: StepResult,
+    user: Mapping[str, str] | None = None,
 ) -> None:
     # Refuse before writing anything: a render either replaces every hand edit (--force) or none.
     plans: dict[str, _OnDisk | None] = {}
@@ -393,11 +414,16 @@ def _write_all(
     for env_name, files in rendered.items():
         disk = plans[env_name]
         where = _display(out, env_name)
-        if disk is not None and disk.files == {k: v.encode() for k, v in files.items()}:
+        mine = (user or {}).get(env_name)
+        same_user = mine is None or _read_or_none(out / env_name / environment.USER_FILE) == mine
+        same_files = disk is not None and disk.files == {k: v.encode() for k, v in files.items()}
+        if same_files and same_user:
             result.lines.append(f"unchanged {where} ({len(files)} files)")
             continue
-        _write_env(out, env_name, files)
+        _write_env(out, env_name, files, mine)
         result.lines.append(f"rendered {where} ({len(files)} files)")
+        if not same_user:
+            result.lines.append(f"wrote {where}/{environment.USER_FILE} (your packages)")
     if all_:
         for extra in _extra_dirs(out, rendered):
             result.lines.append(
@@ -412,7 +438,16 @@ def _umask() -> int:
     return mask
 
 
-def _write_env(out: Path, env_name: str, files: Mapping[str, str]) -> None:
+def _read_or_none(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write_env(
+    out: Path, env_name: str, files: Mapping[str, str], user_text: str | None = None
+) -> None:
     """Write the directory beside its target, then swap it in; the old one survives any failure."""
     target = out / env_name
     try:
@@ -433,6 +468,8 @@ def _write_env(out: Path, env_name: str, files: Mapping[str, str]) -> None:
         for lock in LOCK_FILES:
             if (target / lock).is_file():
                 shutil.copy2(target / lock, tmp / lock)
+        if user_text is not None:
+            (tmp / environment.USER_FILE).write_text(user_text, encoding="utf-8")
         for kept in KEPT_DIRS:
             if (target / kept).is_dir():
                 shutil.copytree(target / kept, tmp / kept)

@@ -33,7 +33,7 @@ import tarfile
 import threading
 import time
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -418,10 +418,20 @@ def synthetic_repodata(root: Path, n_records: int = 50_000, versions: int = 20) 
 # -- a local package index (PEP 503 simple API over HTTP) for the pip parts ---------------------
 
 
-def fake_wheel(root: Path, name: str, version: str, extras: Iterable[str] = ()) -> Path:
-    """A minimal, deterministic py3-none-any wheel (METADATA, WHEEL, RECORD; no code, no deps)."""
+def fake_wheel(
+    root: Path,
+    name: str,
+    version: str,
+    extras: Iterable[str] = (),
+    requires: Iterable[str] = (),
+    python_requires: str | None = None,
+) -> Path:
+    """A minimal, deterministic py3-none-any wheel (METADATA, WHEEL, RECORD; no code), with the
+    dependencies and Python range given (none by default)."""
     dist = f"{re.sub(r'[-_.]+', '_', name)}-{version}"
     metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    metadata += f"Requires-Python: {python_requires}\n" if python_requires else ""
+    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
     metadata += "".join(f"Provides-Extra: {e}\n" for e in extras)
     members = {
         f"{dist}.dist-info/METADATA": metadata,
@@ -440,8 +450,14 @@ def fake_wheel(root: Path, name: str, version: str, extras: Iterable[str] = ()) 
     return out
 
 
-def simple_index(root: Path, requirements: Iterable[str]) -> Path:
-    """root/simple/<name>/index.html and root/packages/*.whl for every `name[extras]==version`."""
+def simple_index(
+    root: Path,
+    requirements: Iterable[str],
+    requires: Mapping[str, Sequence[str]] | None = None,
+) -> Path:
+    """root/simple/<name>/index.html and root/packages/*.whl for every `name[extras]==version`;
+    requires: `name==version` -> its Requires-Dist lines (`python` followed by a specifier, e.g.
+    `python >=3.12`, is its Requires-Python)."""
     wanted: dict[str, tuple[str, set[str], set[str]]] = {}
     for req in requirements:
         m = re.match(r"^([A-Za-z0-9._-]+)(?:\[([^\]]*)\])?==(\S+)$", req.strip())
@@ -455,7 +471,10 @@ def simple_index(root: Path, requirements: Iterable[str]) -> Path:
     for norm, (name, versions, extras) in sorted(wanted.items()):
         links = []
         for version in sorted(versions):
-            wheel = fake_wheel(root / "packages", name, version, sorted(extras))
+            deps = list((requires or {}).get(f"{norm}=={version}", ()))
+            python = next((d.split(None, 1)[1] for d in deps if d.startswith("python ")), None)
+            deps = [d for d in deps if not d.startswith("python ")]
+            wheel = fake_wheel(root / "packages", name, version, sorted(extras), deps, python)
             sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
             links.append(
                 f'<a href="../../packages/{wheel.name}#sha256={sha}">{wheel.name}</a><br/>'

@@ -27,6 +27,8 @@ from provision.cli.common import (
     gpu_options,
     jupyter_option,
     out_option,
+    packages_given,
+    packages_options,
     pre_option,
     presenter,
 )
@@ -124,6 +126,7 @@ def matrix_cmd(ctx: click.Context, tf: str | None, as_json: bool) -> None:
 @pre_option
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 when files on disk are stale.")
 @click.option("--force", is_flag=True, help="Overwrite files edited by hand since rendering.")
+@packages_options
 def render_cmd(
     tf: str | None,
     path: str,
@@ -137,8 +140,12 @@ def render_cmd(
     check: bool,
     force: bool,
     pre: bool,
+    with_: tuple[str, ...],
+    requirement_files: tuple[Path, ...],
 ) -> None:
-    """Render envs/<name>/: the lock inputs, hooks/runtime.env and the manifest provision.json."""
+    """Render envs/<name>/: the lock inputs, hooks/runtime.env and the manifest provision.json.
+
+    --with and -r add your packages to envs/<name>/packages.in, the file that is yours."""
     from provision import render
 
     if all_ == bool(tf):
@@ -146,6 +153,7 @@ def render_cmd(
     result = render.run(
         out=out, tf=tf, path=path, python=python, name=name, all_=all_, check=check, force=force,
         gpu_memory=gpu_memory, gpus=gpus, pre=pre, jupyter=jupyter,
+        packages=packages_given(with_, requirement_files),
     )  # fmt: skip
     for line in result.lines:
         click.echo(line)
@@ -153,58 +161,9 @@ def render_cmd(
         sys.exit(1)
 
 
-@cli.command("lock")
-@click.argument("name")
-@find_option
-@click.option(
-    "--platform", "platforms", multiple=True, metavar="SUBDIR", callback=nonblank,
-    help="Target platform (repeatable; default: the spec's, linux-64).",
-)  # fmt: skip
-@click.option(
-    "--channel", "channels", multiple=True, metavar="URL", callback=nonblank,
-    help="Replace the environment's channels (repeatable; recorded in the lock).",
-)  # fmt: skip
-@click.option(
-    "--solver", type=click.Choice(("auto", "conda", "mamba", "micromamba", "builtin")),
-    default="auto", show_default=True,
-    help="conda path: what conda-lock solves with (auto: the host's, else the built-in one).",
-)  # fmt: skip
-@click.option("--check", is_flag=True, help="Lock nothing; exit 1 when the lock is stale.")
-@click.option(
-    "--cache-dir", type=SafePath(path_type=Path, file_okay=False),
-    help="Where conda-lock, the solver and uv cache (default: the user's cache).",
-)  # fmt: skip
-@click.pass_context
-def lock_cmd(
-    ctx: click.Context,
-    name: str,
-    out: Path | None,
-    platforms: tuple[str, ...],
-    channels: tuple[str, ...],
-    solver: str,
-    check: bool,
-    cache_dir: Path | None,
-) -> None:
-    """Lock envs/NAME: conda-lock.yml (conda path), requirements.lock with hashes (pip, system)."""
-    from provision import lock
-    from provision.errors import StaleError
-    from provision.progress import Event
+from provision.cli.packages import lock_cmd  # noqa: E402 (the workflow's order: after render)
 
-    found = _find(name, out)
-    refuse_other_paths(ctx, found.env.path)
-    shown = presenter()
-    if not check:
-        shown(Event("step", f"locking {name} ({found.env.path} path) ..."))
-    result = lock.run(
-        found.env.root.parent, name, platforms=platforms, channels=channels, solver=solver,
-        check=check,
-        cache_dir=cache_dir,
-    )  # fmt: skip
-    shown.close()
-    if result.outcome == "stale":
-        raise StaleError(result.summary)
-    for line in result.lines:
-        click.echo(line)
+cli.add_command(lock_cmd)
 
 
 @cli.command("install", context_settings={"ignore_unknown_options": False})
@@ -300,6 +259,7 @@ def install_cmd(
               help="conda path: lock against this channel.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
 @pre_option
+@packages_options
 @click.pass_context
 def create_cmd(
     ctx: click.Context,
@@ -317,8 +277,12 @@ def create_cmd(
     channels: tuple[str, ...],
     as_json: bool,
     pre: bool,
+    with_: tuple[str, ...],
+    requirement_files: tuple[Path, ...],
 ) -> None:
-    """Render, lock, install and verify an environment; each step is skipped when already done."""
+    """Render, lock, install and verify an environment; each step is skipped when already done.
+
+    --with and -r add your packages (envs/<name>/packages.in), locked with TensorFlow."""
     from provision import create
     from provision.cli.auto import pick
 
@@ -329,6 +293,7 @@ def create_cmd(
         tf=tf, path=path, python=python, name=name, out=out, gpu_memory=gpu_memory, gpus=gpus,
         prefix=prefix, force=force, solver=solver, channels=channels,
         progress=lambda step: _show_step(shown, step), jupyter=jupyter, report=shown, pre=pre,
+        packages=packages_given(with_, requirement_files),
     )  # fmt: skip
     shown.close()
     if as_json:
@@ -468,9 +433,9 @@ def _install_from_bundle(
 
 
 def _register_use_commands() -> None:
-    """bench, list, show, remove, run, kernel, export, fleet, bundle, cache, check, matrix update:
-    after the workflow's own."""
-    from provision.cli import matrix_update
+    """bench, list, show, remove, run, kernel, export, fleet, bundle, cache, check, add, drop,
+    matrix update: after the workflow's own."""
+    from provision.cli import matrix_update, packages
     from provision.cli import use as cli_use
     from provision.cli.cachecmd import cache_cmd
     from provision.cli.check import check_cmd
@@ -478,7 +443,7 @@ def _register_use_commands() -> None:
     for command in (
         cli_use.bench_cmd, cli_use.list_cmd, cli_use.show_cmd, cli_use.remove_cmd,
         cli_use.run_cmd, cli_use.kernel_cmd, cli_use.export_cmd, cli_use.fleet_cmd,
-        cli_use.bundle_cmd, cache_cmd, check_cmd,
+        cli_use.bundle_cmd, cache_cmd, check_cmd, packages.add_cmd, packages.drop_cmd,
     ):  # fmt: skip
         cli.add_command(command)
     matrix_cmd.add_command(matrix_update.update_cmd)

@@ -7,13 +7,13 @@ Kept apart from commands.py (the group and the workflow's commands) and use.py
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from provision.cli.args import SafePath
+from provision.cli.args import SafePath, nonblank
 
 if TYPE_CHECKING:
     from provision.environment import Found
@@ -125,3 +125,34 @@ def bundle_install_options(f: F) -> F:
         help="Build from an offline bundle (provision bundle), or its first part, with no network; "
         "--out DIR: where its environment directory goes (default PROVISION_HOME/bundled).",
     )(f)  # fmt: skip
+
+
+def packages_options(f: F) -> F:
+    """render and create: the user's packages, added to envs/NAME/packages.in."""
+    f = click.option(
+        "-r", "--requirements", "requirement_files", multiple=True,
+        type=SafePath(path_type=Path, dir_okay=False),
+        help="Add the packages of this requirements file (from the package index; repeatable).",
+    )(f)  # fmt: skip
+    return click.option(
+        "--with", "with_", multiple=True, metavar="SPEC", callback=nonblank,
+        help="Add a package (repeatable). conda path: a conda-forge package, `pypi:SPEC` for one "
+        "from the package index; pip and system paths: a requirement.",
+    )(f)  # fmt: skip
+
+
+def packages_given(with_: Sequence[str], files: Sequence[Path]) -> list[str]:
+    """--with specs, then -r files' lines (as `pypi:` specs); UsageError for an unreadable file."""
+    from provision import diskread
+    from provision.errors import UsageError
+    from provision.userpackages import requirements_file
+
+    out = list(with_)
+    for path in files:
+        try:
+            text = diskread.read_text(path, 1 << 20)
+        except (OSError, diskread.Unreadable) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            raise UsageError(f"-r {path}: cannot read it ({why})") from None
+        out += requirements_file(text, f"-r {path}")
+    return out

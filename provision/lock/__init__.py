@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from provision.errors import StaleError, UsageError
-from provision.lock import condalock, lockfile, pylock
+from provision.lock import condalock, lockfile, pylock, userlock
 from provision.lock.lockcheck import verify
 from provision.lock.lockinputs import Target, load_target, load_yaml
 from provision.steps import StepResult
@@ -38,9 +38,11 @@ def run(
     solver: str = "auto",
     check: bool = False,
     cache_dir: Path | None = None,
+    upgrade: Sequence[str] | None = None,
 ) -> StepResult:
     """`provision lock`: done when a lock was written; with check, done when the lock is fresh
-    and stale (the reason as its line) when it is missing, edited or out of date."""
+    and stale (the reason as its line) when it is missing, edited or out of date.
+    upgrade: the user's packages to resolve as of now (() for all of them; None: none)."""
     target = load_target(out, name)
     plats = list(dict.fromkeys(platforms)) or list(target.spec.platforms)
     if target.spec.path != "conda" and channels:
@@ -65,7 +67,11 @@ def run(
         condalock.check_virtual_platforms(target, plats)
         body, used, note = condalock.lock(target, plats, channels, solver, cache_dir)
     else:
-        (body, note), used = pylock.lock(target, plats[0], cache_dir), "uv"
+        if target.packages:
+            body, note = userlock.lock(target, plats[0], cache_dir, upgrade)
+        else:
+            body, note = pylock.lock(target, plats[0], cache_dir)
+        used = "uv"
         lockfile.check_prereleases(target.spec, body)
     count = lockfile.count(target, body)
     full_body = note + body + lockfile.end_line(count)

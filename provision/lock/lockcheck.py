@@ -141,7 +141,9 @@ def _closure(
     if target.spec.path != "conda":
         env = marker_environment(target.spec.python, platform)
         pins = [p for p in parsed if isinstance(p, Pin)]
-        return closure_problems(lockinputs.requirements_in(target), pins, "requirements.in", env)
+        requirements = [*lockinputs.requirements_in(target), *lockinputs.user_requirements(target)]
+        source = "requirements.in" + (" and packages.in" if target.packages else "")
+        return closure_problems(requirements, pins, source, env)
     packages = [p for p in parsed if isinstance(p, Mapping)]
     return conda_closure_problems(lockinputs.read_environment(target), packages)
 

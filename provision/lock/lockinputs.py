@@ -1,6 +1,8 @@
 """What a lock is made from: envs/NAME/ as lock sees it (the Target) and its input files.
 
-load_target reads provision.json's request and checks that the path's input files are there;
+load_target takes the environment directory from environment.load (the one reader of provision.json
+and of the table of an environment's files), the user's packages from packages.in, and checks that
+the path's input files are there;
 read_environment and requirements_in read environment.yml and requirements.in by meaning
 (requirements parsed, match specs with their whitespace normalised), and virtual_packages and
 env_channels the rest of a conda environment's inputs. Nothing here solves or writes.
@@ -15,34 +17,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from provision import matrix
+from provision import environment
+from provision.environment import EnvDir
 from provision.errors import LockError, UsageError
 from provision.lock.requirements import parse_requirements
 from provision.matrix import spec
+from provision.userpackages import Package
 
 if TYPE_CHECKING:
     from packaging.requirements import Requirement
 
-META = "provision.json"
-LOCK_FILES = {"conda": "conda-lock.yml", "pip": "requirements.lock", "system": "requirements.lock"}
-INPUT_FILES = {
-    "conda": ("environment.yml", "virtual-packages.yml"),
-    "pip": ("requirements.in",),
-    "system": ("requirements.in",),
-}
-
 
 @dataclass(frozen=True)
 class Target:
-    """envs/<name>/ as lock sees it: the folder, and the EnvSpec its provision.json asks for."""
+    """envs/<name>/ as lock sees it: the environment directory (environment.EnvDir, the one
+    reader of provision.json), the EnvSpec it resolves to, and the user's packages (packages.in)."""
 
-    name: str
-    root: Path
+    env: EnvDir
     spec: spec.EnvSpec
+    packages: tuple[Package, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.env.name
+
+    @property
+    def root(self) -> Path:
+        return self.env.root
 
     @property
     def lock_path(self) -> Path:
-        return self.root / LOCK_FILES[self.spec.path]
+        return self.env.lock
 
 
 def known_envs(out: Path) -> list[str]:
@@ -52,35 +57,33 @@ def known_envs(out: Path) -> list[str]:
     def natural(name: str) -> list[int | str]:
         return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
-    return sorted((p.parent.name for p in out.glob(f"*/{META}")), key=natural)
+    return sorted((p.parent.name for p in out.glob(f"*/{environment.MANIFEST}")), key=natural)
 
 
 def load_target(out: Path, name: str) -> Target:
     root = out / name
-    meta = root / META
-    if not meta.is_file():
+    if not (root / environment.MANIFEST).is_file():
         known = known_envs(out)
         listing = ", ".join(known) if known else "none (run provision render first)"
         raise UsageError(f"no environment {name!r} in {out}; known: {listing}")
     try:
-        data = json.loads(meta.read_text(encoding="utf-8"))
-        request = data.get("request", data)
-        gpu = spec.GpuPolicy(request.get("gpu_memory"), request.get("gpus"))
-        resolved = spec.resolve(
-            matrix.load(), str(request["tf"]), str(request["path"]), str(request["python"]),
-            str(request.get("name") or name), gpu,
-        )  # fmt: skip
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        env = environment.load(root)
+        resolved = env.spec
+    except environment.ManifestError as exc:
+        raise LockError(str(exc)) from exc
+    except (ValueError, KeyError, TypeError) as exc:
         raise LockError(
-            f"{meta}: cannot read the request ({exc}); render the environment again"
+            f"{root / environment.MANIFEST}: cannot read the request ({exc}); render the "
+            "environment again"
         ) from exc
-    for rel in INPUT_FILES[resolved.path]:
-        if not (root / rel).is_file():
-            raise LockError(
-                f"{root / rel} is missing; run: provision render --tf {resolved.release.tf} "
-                f"--path {resolved.path}"
-            )
-    return Target(name, root, resolved)
+    for path in env.inputs:
+        if not path.is_file():
+            raise LockError(f"{path} is missing; run: provision render {env.request_argv()}")
+    try:
+        packages = tuple(env.packages())
+    except environment.ManifestError as exc:
+        raise LockError(str(exc)) from exc
+    return Target(env, resolved, packages)
 
 
 def load_yaml(path: Path | str) -> object:
@@ -182,3 +185,12 @@ def virtual_packages(target: Target, platforms: Sequence[str]) -> dict[str, dict
 def requirements_in(target: Target) -> list[Requirement]:
     text = (target.root / "requirements.in").read_text(encoding="utf-8")
     return parse_requirements(text, f"{target.name}/requirements.in")
+
+
+def user_requirements(target: Target) -> list[Requirement]:
+    """The user's packages that the package index serves: all of packages.in on the pip and system
+    paths, its `pypi:` lines on the conda path."""
+    from packaging.requirements import Requirement
+
+    conda = target.spec.path == "conda"
+    return [Requirement(p.spec) for p in target.packages if p.pypi or not conda]

@@ -61,18 +61,22 @@ def python_platform(spec: EnvSpec, platform: str) -> str:
 
 def lock(target: Target, platform: str, cache_dir: Path | None) -> tuple[str, str]:
     """(the body of requirements.lock, its as-of header line or ''), checked against the row."""
-    previous = previous_as_of(target)
     with _children.workdir() as tmp:
         body, when = compile_lock(
-            target.spec, target.root, platform, Path(tmp), cache_dir, previous
+            target.spec, target.root, platform, Path(tmp), cache_dir, previous_as_of(target)
         )
+    check_row(target, body)
+    return body, when.header_line() + "\n" if when else ""
+
+
+def check_row(target: Target, body: str) -> None:
+    """LockError when the lock does not hold TensorFlow's and the NVIDIA wheels' pins of the row."""
     wrong = problems(target.spec, body)
     if wrong:
         raise LockError(
             f"{target.name}: the resolved lock does not hold what the matrix pins: "
             + "; ".join(wrong)
         )
-    return body, when.header_line() + "\n" if when else ""
 
 
 def uv_compile_argv(
@@ -82,10 +86,11 @@ def uv_compile_argv(
     output: Path,
     index_url: str | None,
     extra: Sequence[str] = (),
+    sources: Sequence[str] = (),
 ) -> list[str]:
     """The uv call: hashes, the target's Python and platform, pip's index, nothing from uv.toml."""
     argv = [
-        uv, "pip", "compile", "requirements.in", "--output-file", str(output),
+        uv, "pip", "compile", "requirements.in", *sources, "--output-file", str(output),
         "--generate-hashes", "--no-header", "--quiet", "--no-config", "--no-progress",
         "--python", sys.executable,  # only builds sdists if it must; the target is below
         "--python-version", spec.python,

@@ -1,0 +1,218 @@
+"""`provision add NAME SPEC…` and `provision drop NAME PKG…`: change the user's packages later.
+
+Each edits packages.in (the user's file: their other lines and comments stay), re-locks with the
+smallest change (userlock: every other pin stays unless the change needs it to move), says what
+moved, then brings a built environment along in place (install/sync: only the difference, hashes
+checked) and verifies it again. When anything fails, packages.in, the lock and the prefix are put
+back as they were, and the failure is said in one line (a conflict in a few).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from provision import environment, userpackages
+from provision.environment import EnvDir, Found
+from provision.errors import UsageError, VerifyError
+from provision.progress import Event, Report, nothing
+
+
+@dataclass
+class Changed:
+    """What add/drop did: the lines to print, and what moved in the lock and the prefix."""
+
+    name: str
+    moved: list[str] = field(default_factory=list)  # "numpy 1.24.3 -> 1.26.0", "+ pandas 2.2.0"
+    lines: list[str] = field(default_factory=list)
+    synced_seconds: float | None = None
+    verified: bool | None = None
+
+
+def add(found: Found, specs: Sequence[str], *, verify: bool = True,
+        report: Report = nothing) -> Changed:  # fmt: skip
+    env = found.env
+    conda = env.path == "conda"
+    wanted = [userpackages.parse_spec(s, conda, s) for s in specs]
+    old = env.user_text()
+    new = userpackages.added(old, wanted, env.name, conda)
+    return _change(found, old, new, verify, report, what=", ".join(p.line for p in wanted))
+
+
+def drop(found: Found, names: Sequence[str], *, verify: bool = True,
+         report: Report = nothing) -> Changed:  # fmt: skip
+    env = found.env
+    conda = env.path == "conda"
+    mine = {p.name: p for p in env.packages()}
+    gone = [userpackages.canonical(n.split("[")[0].strip()) for n in names]
+    theirs = [n for n in gone if n not in mine]
+    if theirs:
+        own = [n for n in theirs if n in userpackages.OWN or n in _pinned(env)]
+        why = (
+            f"{', '.join(own)} {'is' if len(own) == 1 else 'are'} TensorFlow's own pins, which stay"
+            if own
+            else f"{', '.join(theirs)} {'is' if len(theirs) == 1 else 'are'} not in "
+            f"{env.name}/{environment.USER_FILE} (yours: {', '.join(mine) or 'none'}); a "
+            "dependency goes when nothing of yours needs it"
+        )
+        raise UsageError(f"cannot drop from {env.name}: {why}")
+    text = env.user_text() or ""
+    new = userpackages.dropped(text, gone, conda)
+    return _change(found, text, new, verify, report, what=", ".join(gone), dropping=True)
+
+
+def _pinned(env: EnvDir) -> set[str]:
+    from provision.lock.requirements import exact_pins, requirement_lines
+
+    try:
+        text = (env.root / "requirements.in").read_text(encoding="utf-8")
+    except OSError:
+        return set()
+    return set(exact_pins(requirement_lines(text)))
+
+
+def _change(found: Found, old_text: str | None, new_text: str, verify: bool, report: Report,
+            *, what: str, dropping: bool = False) -> Changed:  # fmt: skip
+    from provision import lock
+
+    env = found.env
+    result = Changed(env.name)
+    if env.path == "conda":
+        raise UsageError(
+            f"{env.name} is on the conda path: add and drop change pip and system path "
+            f"environments in place; for it, edit {env.user_file} (a conda-forge package a line, "
+            f"`pypi: SPEC` for the index), then: provision lock {env.name} && provision install "
+            f"{env.name} --force"
+        )
+    if old_text == new_text and _fresh(env):
+        result.lines.append(f"{env.user_file}: nothing to change ({what} as it is)")
+        return result
+    old_lock = _read(env.lock)
+    prefix = _built_prefix(found)
+    report(Event("step", f"{'dropping' if dropping else 'adding'} {what}: locking {env.name} ..."))
+    with _restored_on_failure(env, old_text, old_lock):
+        _write_atomic(env.user_file, new_text)
+        locked = lock.run(env.root.parent, env.name)
+        new_lock = env.lock.read_text(encoding="utf-8")
+        result.moved = moved(old_lock or "", new_lock)
+        result.lines.append(locked.summary)
+        if prefix is None:
+            result.lines.append(
+                f"{env.name} is not built here; provision install {env.name} builds it"
+            )
+        elif old_lock is not None:
+            _sync_and_verify(env, prefix, old_lock, verify, report, result)
+    return result
+
+
+def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, verify: bool, report: Report,
+                     result: Changed) -> None:  # fmt: skip
+    from provision import install, registry
+    from provision.install import sync
+    from provision.install.place import read_marker
+
+    marker = read_marker(prefix) or {}
+    listed = install.owned.recorded(prefix)
+    new_lock = env.lock.read_text(encoding="utf-8")
+    record = registry.get(env.name)
+    done = sync.sync(env, prefix, old_lock, install.inputs_digest(env), report)
+    result.synced_seconds = done.seconds
+    result.lines.append(
+        f"synced {prefix} in {done.seconds:.1f} s ({len(done.installed)} installed or changed, "
+        f"{len(done.removed)} removed)"
+    )
+    try:
+        if record is not None:
+            from dataclasses import replace
+
+            registry.put(replace(record, lock_sha256=install.sha256_file(env.lock)))
+        if verify:
+            from provision import verify as verify_mod
+
+            report(Event("step", f"verifying {env.name} ..."))
+            outcome = verify_mod.verify(env, prefix=prefix)
+            result.verified = outcome.ok
+            if not outcome.ok:
+                raise VerifyError(f"{env.name} no longer verifies: {outcome.as_step().summary}")
+            result.lines.append(outcome.as_step(env.name).summary)
+    except BaseException:
+        sync.restore(prefix, old_lock, new_lock, listed, marker, report)
+        if record is not None:
+            registry.put(record)
+        raise
+    if not verify:
+        from provision.facts import store
+
+        store.record_quietly(env.name, "add")
+
+
+def moved(old_lock: str, new_lock: str) -> list[str]:
+    """What changed between two requirements locks, a line a package, sorted by name."""
+    from provision.lock.requirements import pins
+
+    before, after = pins(old_lock), pins(new_lock)
+    out = []
+    for name in sorted(before.keys() | after.keys()):
+        a, b = before.get(name), after.get(name)
+        if a == b:
+            continue
+        out.append(f"+ {name} {b}" if a is None else f"- {name} {a}" if b is None
+                   else f"  {name} {a} -> {b}")  # fmt: skip
+    return out
+
+
+def _fresh(env: EnvDir) -> bool:
+    from provision import lock
+    from provision.errors import StaleError
+
+    try:
+        lock.check_lock(env.root.parent, env.name)
+    except StaleError:
+        return False
+    return True
+
+
+def _built_prefix(found: Found) -> Path | None:
+    """The prefix of NAME's build here, when it is complete and built from this directory."""
+    from provision.install.place import state_of
+
+    if found.record is None:
+        return None
+    prefix = Path(found.record.prefix)
+    if state_of(prefix) != "complete":
+        return None
+    return prefix
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.provision-tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _restored_on_failure(
+    env: EnvDir, user_text: str | None, lock_text: str | None
+) -> Iterator[None]:
+    """packages.in and the lock as they were, whatever fails inside (Ctrl-C included)."""
+    try:
+        yield
+    except BaseException:
+        if user_text is None:
+            with contextlib.suppress(OSError):
+                env.user_file.unlink()
+        else:
+            _write_atomic(env.user_file, user_text)
+        if lock_text is not None:
+            _write_atomic(env.lock, lock_text)
+        raise

@@ -1,0 +1,142 @@
+"""The commands about what an environment holds: `lock` (its lock, `--upgrade` moving the user's
+packages forward), `add` and `drop` (the user's packages, changed in a built environment in place).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from provision.cli.args import SafePath, nonblank
+from provision.cli.common import _find, find_option, presenter
+from provision.cli.strict import refuse_other_paths
+from provision.tools import SOLVERS
+
+
+@click.command("lock")
+@click.argument("name")
+@find_option
+@click.option(
+    "--platform", "platforms", multiple=True, metavar="SUBDIR", callback=nonblank,
+    help="Target platform (repeatable; default: the spec's, linux-64).",
+)  # fmt: skip
+@click.option(
+    "--channel", "channels", multiple=True, metavar="URL", callback=nonblank,
+    help="Replace the environment's channels (repeatable; recorded in the lock).",
+)  # fmt: skip
+@click.option(
+    "--solver", type=click.Choice(SOLVERS),
+    default="auto", show_default=True,
+    help="conda path: what conda-lock solves with (auto: the host's, else the built-in one).",
+)  # fmt: skip
+@click.option("--check", is_flag=True, help="Lock nothing; exit 1 when the lock is stale.")
+@click.option(
+    "--upgrade",
+    is_flag=True,
+    help="Resolve every package of packages.in as of now (TensorFlow's stay as of it).",
+)
+@click.option(
+    "--upgrade-package",
+    "upgrade_packages",
+    multiple=True,
+    metavar="PKG",
+    callback=nonblank,
+    help="Resolve this package of packages.in as of now (repeatable).",
+)
+@click.option(
+    "--cache-dir", type=SafePath(path_type=Path, file_okay=False),
+    help="Where conda-lock, the solver and uv cache (default: the user's cache).",
+)  # fmt: skip
+@click.pass_context
+def lock_cmd(
+    ctx: click.Context,
+    name: str,
+    out: Path | None,
+    platforms: tuple[str, ...],
+    channels: tuple[str, ...],
+    solver: str,
+    check: bool,
+    upgrade: bool,
+    upgrade_packages: tuple[str, ...],
+    cache_dir: Path | None,
+) -> None:
+    """Lock envs/NAME: conda-lock.yml (conda path), requirements.lock with hashes (pip, system)."""
+    from provision import lock
+    from provision.errors import StaleError
+    from provision.progress import Event
+
+    found = _find(name, out)
+    refuse_other_paths(ctx, found.env.path)
+    if check and (upgrade or upgrade_packages):
+        raise click.UsageError("--check locks nothing; it takes no --upgrade")
+    moving = () if upgrade else upgrade_packages if upgrade_packages else None
+    shown = presenter()
+    if not check:
+        shown(Event("step", f"locking {name} ({found.env.path} path) ..."))
+    result = lock.run(
+        found.env.root.parent, name, platforms=platforms, channels=channels, solver=solver,
+        check=check, cache_dir=cache_dir, upgrade=moving,
+    )  # fmt: skip
+    shown.close()
+    if result.outcome == "stale":
+        raise StaleError(result.summary)
+    for line in result.lines:
+        click.echo(line)
+
+
+@click.command("add")
+@click.argument("name")
+@click.argument("specs", nargs=-1, required=True, metavar="SPEC...")
+@find_option
+@click.option(
+    "--pypi",
+    is_flag=True,
+    help="conda path: the specs are packages from the package index (pypi:SPEC).",
+)
+@click.option("--no-verify", is_flag=True, help="Sync the built environment; skip the smoke test.")
+def add_cmd(name: str, specs: tuple[str, ...], out: Path | None, pypi: bool,
+            no_verify: bool) -> None:  # fmt: skip
+    """Add packages to NAME: packages.in, the lock (smallest change), the built prefix, verify.
+
+    Every other pin stays unless the new packages need it to move; what moved is printed. When
+    anything fails, packages.in, the lock and the prefix are as they were."""
+    from provision import change
+
+    found = _find(name, out)
+    given = [f"pypi:{s}" if pypi else s for s in specs]
+    shown = presenter()
+    done = change.add(found, given, verify=not no_verify, report=shown)
+    shown.close()
+    _print(done)
+
+
+@click.command("drop")
+@click.argument("name")
+@click.argument("packages", nargs=-1, required=True, metavar="PKG...")
+@find_option
+@click.option("--no-verify", is_flag=True, help="Sync the built environment; skip the smoke test.")
+def drop_cmd(name: str, packages: tuple[str, ...], out: Path | None, no_verify: bool) -> None:
+    """Drop packages of yours (packages.in) from NAME: the lock, the built prefix, verify.
+
+    Only what packages.in names can go; TensorFlow's pins stay. (`provision remove NAME` deletes
+    the whole environment.)"""
+    from provision import change
+
+    found = _find(name, out)
+    shown = presenter()
+    done = change.drop(found, packages, verify=not no_verify, report=shown)
+    shown.close()
+    _print(done)
+
+
+def _print(done: object) -> None:
+    from provision.change import Changed
+
+    assert isinstance(done, Changed)
+    if done.moved:
+        click.echo("moved in the lock:")
+        for line in done.moved:
+            click.echo(f"  {line}")
+    for line in done.lines:
+        click.echo(line)

@@ -1,0 +1,173 @@
+"""Locking the user's packages (packages.in) with TensorFlow's requirements, on the pip path.
+
+TensorFlow's own requirements resolve as of its upload (pylock.AsOf). A user's package resolves as
+of the time it was declared: that time is recorded per line in the lock (`provision-declared`),
+reused by every later lock of the same line (so a re-lock of unchanged inputs is byte-identical),
+and moved to now only by `lock --upgrade [PKG]` or by a changed line.
+
+The smallest change: the previous lock (or, on a first lock, TensorFlow's lock alone) is given to
+uv as the output file it starts from, so uv keeps every pin it holds unless the new packages need
+it to move. A resolution that fails is explained in a few lines (conflicts).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from provision import _children, _proc, tools
+from provision.lock import conflicts, pylock
+from provision.lock.lockinputs import Target
+from provision.lock.requirements import exact_pins, requirement_lines
+
+DECLARED_TAG = "# provision-declared: "
+ALL: tuple[str, ...] = ()  # upgrade=ALL: every one of the user's packages
+
+
+def read_declared(lock_text: str | None) -> dict[str, str]:
+    """line of packages.in -> when it was declared, as the lock records it."""
+    for line in (lock_text or "").splitlines()[:40]:
+        if line.startswith(DECLARED_TAG):
+            try:
+                data = json.loads(line.removeprefix(DECLARED_TAG))
+            except ValueError:
+                return {}
+            if isinstance(data, dict):
+                return {str(k): str(v) for k, v in data.items()}
+    return {}
+
+
+def declared_line(declared: dict[str, str]) -> str:
+    return f"{DECLARED_TAG}{json.dumps(declared, sort_keys=True, separators=(',', ':'))}\n"
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def lock(
+    target: Target, platform: str, cache_dir: Path | None, upgrade: Sequence[str] | None = None
+) -> tuple[str, str]:
+    """pylock.lock, with the user's packages: the body and its notes, checked against the row."""
+    with _children.workdir() as tmp:
+        body, notes = _lock(target, platform, cache_dir, Path(tmp), upgrade)
+    pylock.check_row(target, body)
+    return body, notes
+
+
+def _lock(
+    target: Target,
+    platform: str,
+    cache_dir: Path | None,
+    workdir: Path,
+    upgrade: Sequence[str] | None = None,
+) -> tuple[str, str]:
+    """(the body, its notes: as-of and declared lines) of a pip lock with the user's packages.
+    upgrade: None keeps every declared time; ALL moves every user package to now; names, those."""
+    spec = target.spec
+    previous_text = _read(target.lock_path)
+    previous = pylock.read_as_of(previous_text or "")
+    requirements = requirement_lines((target.root / "requirements.in").read_text("utf-8"))
+    env = pylock.uv_env(cache_dir)
+    python_platform = pylock.python_platform(spec, platform)
+    when = pylock.as_of(requirements, spec.python, python_platform, workdir, env, previous)
+    same_release = previous is not None and when is not None and previous.pin == when.pin
+    upgraded = _upgraded(target, upgrade)
+    recorded = read_declared(previous_text) if same_release or when is None else {}
+    stamp = now()
+    declared = {
+        p.line: stamp if p.name in upgraded else recorded.get(p.line, stamp)
+        for p in target.packages
+    }
+    # Where uv starts from: the previous lock, else TensorFlow's lock alone (as it would be).
+    if previous_text is not None and (same_release or when is None):
+        seed = previous_text
+    else:
+        (workdir / "base").mkdir()
+        seed, _ = pylock.compile_lock(
+            spec, target.root, platform, workdir / "base", cache_dir, previous=when
+        )
+    (workdir / "requirements.in").write_text("\n".join(requirements) + "\n", encoding="utf-8")
+    (workdir / "packages.in").write_text(
+        "".join(p.spec + "\n" for p in target.packages), encoding="utf-8"
+    )
+    output = workdir / "requirements.lock"
+    output.write_text(seed, encoding="utf-8")
+    extra = [*_cutoffs(target, requirements, when, declared)]
+    for name in sorted(upgraded):
+        extra += ["--upgrade-package", name]
+    argv = pylock.uv_compile_argv(
+        tools.uv(), spec, platform, output, pylock.pip_index_url(), extra, sources=("packages.in",)
+    )
+    done = _proc.run(argv, cwd=workdir, env=env, timeout=900, check=False)
+    if not done:
+        raise conflicts.explain(target, done.stderr or done.stdout, _relaxed(argv, workdir, env))
+    notes = (when.header_line() + "\n" if when else "") + declared_line(declared)
+    return output.read_text(encoding="utf-8"), notes
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _upgraded(target: Target, upgrade: Sequence[str] | None) -> set[str]:
+    names = {p.name for p in target.packages}
+    if upgrade is None:
+        return set()
+    if not upgrade:
+        return names
+    from provision.userpackages import canonical
+
+    unknown = sorted({canonical(n) for n in upgrade} - names)
+    if unknown:
+        from provision.errors import UsageError
+
+        yours = ", ".join(sorted(names)) or "none"
+        raise UsageError(
+            f"--upgrade {', '.join(unknown)}: not one of your packages in {target.name}/"
+            f"packages.in (yours: {yours}); TensorFlow's own dependencies move with the release"
+        )
+    return {canonical(n) for n in upgrade}
+
+
+def _cutoffs(
+    target: Target, requirements: Sequence[str], when: pylock.AsOf | None, declared: dict[str, str]
+) -> list[str]:
+    """TensorFlow's exact pins as given; each user package as of its declaration; the rest may
+    move up to the latest declaration, but only where a user's package needs it (uv keeps the
+    previous pins otherwise)."""
+    if when is None:  # the index publishes no upload times: no cut-off for anyone
+        return []
+    latest = max([when.cutoff, *declared.values()])
+    args = pylock.cutoff_args(requirements, pylock.AsOf(when.pin, latest))
+    for package in target.packages:
+        if package.name not in exact_pins(requirements):
+            args += ["--exclude-newer-package", f"{package.name}={declared[package.line]}"]
+    return args
+
+
+def _relaxed(argv: list[str], workdir: Path, env: dict[str, str]) -> conflicts.Relax:
+    """relax(name) -> the version uv picks for `name` alone in place of the user's requirement,
+    or None when even that does not resolve (for the explanation's "what fits")."""
+
+    def relax(name: str, lines: Sequence[str]) -> str | None:
+        trial = workdir / "relaxed"
+        trial.mkdir(exist_ok=True)
+        (trial / "requirements.in").write_text(
+            (workdir / "requirements.in").read_text("utf-8"), encoding="utf-8"
+        )
+        (trial / "packages.in").write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
+        out = trial / "requirements.lock"
+        out.unlink(missing_ok=True)
+        again = [str(out) if a == str(workdir / "requirements.lock") else a for a in argv]
+        done = _proc.run(again, cwd=trial, env=env, timeout=600, check=False)
+        if not done:
+            return None
+        return pylock.pins(out.read_text(encoding="utf-8")).get(name)
+
+    return relax
