@@ -57,6 +57,9 @@ class Group(click.Group):
         except ProvisionError as exc:
             _stop_progress(ctx)
             click.echo(f"provision: error: {exc}", err=True)
+            details = getattr(exc, "details", "")
+            if details and ctx.find_root().meta.get(VERBOSITY, 1) > 1:
+                click.echo(details.rstrip("\n"), err=True)  # e.g. the resolver's own words
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
             _stop_progress(ctx)

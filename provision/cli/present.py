@@ -9,6 +9,7 @@ from provision import environment
 from provision.built import Listed
 from provision.caches import Cache, human
 from provision.cli.columns import columns
+from provision.errors import ProvisionError
 from provision.payload import report as smoke_report
 from provision.registry import Record
 from provision.rollout.fleet_report import COLUMNS, FleetResult, row
@@ -78,6 +79,22 @@ def _row(label: str, value: str) -> str:
     return f"  {label:<12} {value}"
 
 
+def lock_state(env: environment.EnvDir) -> str:
+    """The lock's name and whether it is fresh for the inputs as they are now (offline)."""
+    from provision import lock
+    from provision.errors import StaleError
+
+    if not env.lock.is_file():
+        return f"none yet (provision lock {env.name})"
+    try:
+        lock.check_lock(env.root.parent, env.name)
+    except StaleError as exc:
+        return str(exc)
+    except ProvisionError as exc:
+        return f"{env.lock.name}: cannot be checked ({exc})"
+    return f"{env.lock.name} (up to date)"
+
+
 def show(env: environment.EnvDir, rec: Record | None, size: int = 0, cache_bytes: int = 0) -> str:
     s = env.spec
     lines = [
@@ -85,8 +102,14 @@ def show(env: environment.EnvDir, rec: Record | None, size: int = 0, cache_bytes
         f"  CUDA {s.cuda.version}, cuDNN {s.cudnn.version}; driver >= {s.cuda.driver_min}; "
         f"GPU compute capability >= {s.release.compute_min}",
         _row("directory", str(env.root)),
-        _row("lock", env.lock.name if env.lock.is_file() else "none yet (provision lock)"),
+        _row("lock", lock_state(env)),
     ]
+    try:
+        mine = [p.line for p in env.packages()]
+    except ProvisionError as exc:
+        mine = [f"(unreadable: {exc})"]
+    if mine:
+        lines.append(_row("packages", f"{', '.join(mine)} ({environment.USER_FILE}, yours)"))
     edited = env.edited()
     if edited:
         lines.append(_row("edited", f"{', '.join(edited)} (since provision rendered them)"))

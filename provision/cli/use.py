@@ -211,6 +211,8 @@ def show_cmd(name: str, out: Path | None, as_json: bool) -> None:
                 "env_dir": str(found.env.root.absolute()),
                 "request": found.env.request.to_json(),
                 "edited": found.env.edited(),
+                "packages": [p.line for p in found.env.packages()],
+                "lock": present.lock_state(found.env),
                 "built": found.record.to_json() if found.record else None,
                 "size": size if found.record else None,
                 "caches": cache_bytes,

@@ -117,6 +117,10 @@ def _split_environment(target: Target, tmp: Path) -> tuple[Path, list[str]]:
             pip_reqs += [str(r) for r in dep["pip"] or []]
         else:
             deps.append(dep)
+    # The user's packages (packages.in): conda-forge ones beside the rendered, `pypi:` ones with
+    # the pip section.
+    deps += [p.spec for p in target.packages if not p.pypi]
+    pip_reqs += [p.spec for p in target.packages if p.pypi]
     data["dependencies"] = deps
     out = tmp / "environment.yml"
     out.write_text(dump_yaml(data), encoding="utf-8")

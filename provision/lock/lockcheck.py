@@ -145,7 +145,7 @@ def _closure(
         source = "requirements.in" + (" and packages.in" if target.packages else "")
         return closure_problems(requirements, pins, source, env)
     packages = [p for p in parsed if isinstance(p, Mapping)]
-    return conda_closure_problems(lockinputs.read_environment(target), packages)
+    return conda_closure_problems(lockinputs.read_environment(target, user=True), packages)
 
 
 def conda_closure_problems(env: Environment, packages: Sequence[Mapping[str, object]]) -> list[str]:

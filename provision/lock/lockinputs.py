@@ -149,9 +149,14 @@ class Environment:
     pip: tuple[Requirement, ...]
 
 
-def read_environment(target: Target) -> Environment:
+def read_environment(target: Target, user: bool = False) -> Environment:
+    """environment.yml's specs; with `user`, the user's packages (packages.in) added, as the lock
+    resolves them."""
     conda: list[str] = []
     pip: list[Requirement] = []
+    if user:
+        conda += [normal_match_spec(p.spec) for p in target.packages if not p.pypi]
+        pip += user_requirements(target)
     for dep in _list(_input_yaml(target, "environment.yml").get("dependencies")):
         if isinstance(dep, dict) and "pip" in dep:
             lines = "\n".join(str(r) for r in dep["pip"] or [])

@@ -12,9 +12,10 @@ it to move. A resolution that fails is explained in a few lines (conflicts).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from provision import _children, _proc, tools
@@ -75,6 +76,7 @@ def _lock(
     when = pylock.as_of(requirements, spec.python, python_platform, workdir, env, previous)
     same_release = previous is not None and when is not None and previous.pin == when.pin
     upgraded = _upgraded(target, upgrade)
+    moving = _with_their_own(upgraded, previous_text or "", requirements)
     recorded = read_declared(previous_text) if same_release or when is None else {}
     stamp = now()
     declared = {
@@ -96,7 +98,7 @@ def _lock(
     output = workdir / "requirements.lock"
     output.write_text(seed, encoding="utf-8")
     extra = [*_cutoffs(target, requirements, when, declared)]
-    for name in sorted(upgraded):
+    for name in sorted(moving):
         extra += ["--upgrade-package", name]
     argv = pylock.uv_compile_argv(
         tools.uv(), spec, platform, output, pylock.pip_index_url(), extra, sources=("packages.in",)
@@ -133,6 +135,29 @@ def _upgraded(target: Target, upgrade: Sequence[str] | None) -> set[str]:
             f"packages.in (yours: {yours}); TensorFlow's own dependencies move with the release"
         )
     return {canonical(n) for n in upgrade}
+
+
+def _with_their_own(names: set[str], lock_text: str, requirements: Sequence[str]) -> set[str]:
+    """The packages to upgrade and the dependencies only they bring (by the lock's `# via`):
+    what TensorFlow's own requirements reach stays as of the release."""
+    if not names:
+        return set()
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from provision.lock.requirements import norm, parse_lock, reach
+
+    required_by: dict[str, list[str]] = {}  # parent -> what it requires
+    for pin in parse_lock(lock_text):
+        for parent in pin.via:
+            required_by.setdefault(parent, []).append(pin.name)
+    roots: list[str] = []
+    for line in requirements:
+        with contextlib.suppress(InvalidRequirement):
+            roots.append(norm(Requirement(line).name))
+    edges: Mapping[str, Iterable[str]] = required_by
+    theirs: set[str] = reach(sorted(names), edges)
+    tensorflows: set[str] = reach(roots, edges)
+    return names | (theirs - tensorflows)
 
 
 def _cutoffs(

@@ -1,0 +1,94 @@
+"""`provision add NAME PKG` against `uv pip install PKG` into a copy of the same prefix (issue 21).
+
+    python tests/bench/bench_add.py NAME [--package matplotlib] [--json FILE]
+
+NAME is a built pip-path environment (e.g. `provision create --tf 2.13 --path pip`). The
+baseline copies its prefix to a temporary folder and runs `uv pip install PKG` there (uv
+resolves and installs, its cache warm); then `provision add NAME PKG --no-verify` runs on the
+environment itself (the user's file, the lock with the smallest change, the sync with hashes
+checked), and the ratio of the two wall times is printed. The package is fetched once first so
+both runs find it in uv's cache. Afterwards `provision drop NAME PKG --no-verify` puts the
+environment back. Target: add <= 1.2x the baseline. Exits 1 when it is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET = 1.2
+
+
+def provision(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "provision", "-q", *args], capture_output=True, text=True
+    )
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+    start = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    seconds = time.monotonic() - start
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv[:4])} failed: {done.stderr.strip()[-400:]}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("name")
+    parser.add_argument("--package", default="matplotlib")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from provision import environment, tools
+    from provision.install.installers import uv_index_args
+
+    found = environment.find(args.name)
+    if found.record is None:
+        sys.exit(f"{args.name} is not built here")
+    prefix = Path(found.record.prefix)
+    uv = tools.uv()
+    with tempfile.TemporaryDirectory(dir=prefix.parent, prefix=".bench-add-") as tmp:
+        copy = Path(tmp) / prefix.name
+        shutil.copytree(prefix, copy, symlinks=True)
+        python = str(copy / "bin" / "python")
+        env = {**os.environ, "VIRTUAL_ENV": str(copy)}
+        # Warm uv's cache with the package and its dependencies, then undo it in the copy.
+        base = [uv, "pip", "install", "--python", python, *uv_index_args(), args.package]
+        timed(base, env)
+        shutil.rmtree(copy)
+        shutil.copytree(prefix, copy, symlinks=True)
+        baseline = timed(base, env)
+    start = time.monotonic()
+    done = provision("add", args.name, args.package, "--no-verify")
+    added = time.monotonic() - start
+    if done.returncode != 0:
+        sys.exit(f"provision add failed: {done.stderr.strip()}")
+    back = provision("drop", args.name, args.package, "--no-verify")
+    ratio = added / baseline
+    report = {
+        "package": args.package,
+        "uv_pip_install_s": round(baseline, 2),
+        "provision_add_s": round(added, 2),
+        "ratio": round(ratio, 2),
+        "target": TARGET,
+        "dropped_again": back.returncode == 0,
+    }
+    print(json.dumps(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    if back.returncode != 0:
+        sys.exit(f"provision drop failed: {back.stderr.strip()}")
+    if ratio > TARGET:
+        sys.exit(f"provision add took {ratio:.2f}x uv pip install (target {TARGET}x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""The user's packages (packages.in) through the CLI: declared with render/create, locked with
+TensorFlow's pins (as of their declaration, the smallest change, identical re-locks), conflicts
+explained, changed later with add/drop in a built venv, stale locks named, carried by the lock.
+
+A local package index serves small real wheels with real dependency metadata: a TensorFlow-named
+wheel that requires numpy<=1.24.3 and protobuf<5 as 2.13's does, and packages that fit it or
+clash with it. The real uv resolves and installs; the venvs are real.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import localchannel
+import pytest
+from tinyindex import pip_release, run_cli
+
+from provision import matrix
+from provision.lock.requirements import pins
+from provision.matrix import spec
+
+TF, PYTHON = pip_release()
+SPEC = spec.resolve(matrix.load(), TF, "pip", PYTHON)
+NAME = SPEC.name
+MAJOR, MINOR = (int(x) for x in PYTHON.split("."))
+EXTRA = [
+    "numpy==1.22.0", "numpy==1.24.3", "numpy==2.0.0", "pandas==2.0.3", "pandas==2.2.0",
+    "scipy==1.11.0", "scikit-learn==1.3.0", "newpy==1.0", "protobuf==4.24.0", "protobuf==5.0.0",
+    "needsproto==1.0", "matplotlib==3.8.0", "pillow==10.0.0", "handmade==1.0",
+]  # fmt: skip
+REQUIRES = {
+    f"tensorflow=={SPEC.release.pin}": ["numpy>=1.22,<=1.24.3", "protobuf>=3.20.3,<5"],
+    "pandas==2.0.3": ["numpy>=1.21"],
+    "pandas==2.2.0": ["numpy>=1.23.2"],
+    "scikit-learn==1.3.0": ["numpy>=1.17.3", "scipy>=1.5"],
+    "scipy==1.11.0": ["numpy>=1.21.6"],
+    "scipy==1.12.0": ["numpy>=1.22.4"],
+    "newpy==1.0": [f"python >={MAJOR}.{MINOR + 1}"],
+    "needsproto==1.0": ["protobuf>=5"],
+    "matplotlib==3.8.0": ["numpy>=1.21", "pillow>=8"],
+}
+
+
+def _all_pins() -> list[str]:
+    return sorted(
+        {r for s in spec.all_specs(matrix.load()) for r in s.pip_requirements if "==" in r}
+    )
+
+
+@pytest.fixture(scope="module")
+def user_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """(URL of the index, its folder): simple_index(folder, ...) again publishes more."""
+    root = tmp_path_factory.mktemp("user-index")
+    localchannel.simple_index(root, [*_all_pins(), *EXTRA], REQUIRES)
+    server = localchannel.Server(root)
+    yield f"{server.url}/simple", root
+    server.stop()
+
+
+@pytest.fixture
+def out(user_index: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("PIP_INDEX_URL", user_index[0])
+    return tmp_path / "envs"
+
+
+def cli(*args: str) -> tuple[int, str]:
+    return run_cli(*args)
+
+
+def render(out: Path, *with_: str) -> Path:
+    flags = [f for w in with_ for f in ("--with", w)]
+    code, text = cli("render", "--tf", TF, "--path", "pip", "--python", PYTHON, "--out", str(out),
+                     *flags)  # fmt: skip
+    assert code == 0, text
+    return out / NAME
+
+
+def lock(out: Path, *flags: str) -> tuple[int, str]:
+    return cli("lock", NAME, "--out", str(out), *flags)
+
+
+def user_lines(env_dir: Path) -> list[str]:
+    text = (env_dir / "packages.in").read_text()
+    return [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+
+
+# -- declaring --------------------------------------------------------------------------------
+
+
+def test_render_with_and_r_write_the_users_file_and_the_lock_holds_them(
+    out: Path, tmp_path: Path
+) -> None:
+    reqs = tmp_path / "requirements.txt"
+    reqs.write_text("# the lab's\nscikit-learn>=1.2  # models\n\n")
+    flags = ["--with", "pandas", "-r", str(reqs)]
+    code, text = cli("render", "--tf", TF, "--path", "pip", "--python", PYTHON,
+                     "--out", str(out), *flags)  # fmt: skip
+    assert code == 0, text
+    env_dir = out / NAME
+    assert "packages.in (your packages)" in text
+    assert user_lines(env_dir) == ["pandas", "scikit-learn>=1.2"]
+    manifest = (env_dir / "provision.json").read_text()
+    assert "packages.in" not in manifest  # the user's file is never sealed as rendered
+    code, text = lock(out)
+    assert code == 0, text
+    body = (env_dir / "requirements.lock").read_text()
+    got = pins(body)
+    assert got["pandas"] == "2.2.0" and got["scikit-learn"] == "1.3.0"
+    assert got["numpy"] == "1.24.3" and got["tensorflow"] == SPEC.release.pin
+    assert "# via -r packages.in" in body
+    assert re.search(r'^# provision-declared: \{"pandas":"20\d\d-', body, re.M)
+    assert '"packages":["pandas","scikit-learn>=1.2"]' in body
+    # A re-lock of unchanged inputs is byte-identical (the declaration time is kept).
+    code, text = lock(out)
+    assert code == 0, text
+    assert (env_dir / "requirements.lock").read_text() == body
+    assert lock(out, "--check")[0] == 0
+    # Re-rendering keeps the user's file as it is.
+    (env_dir / "packages.in").write_text((env_dir / "packages.in").read_text() + "# mine\n")
+    before = (env_dir / "packages.in").read_text()
+    code, text = cli("render", "--tf", TF, "--path", "pip", "--python", PYTHON, "--out", str(out))
+    assert code == 0, text
+    assert (env_dir / "packages.in").read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        (["--with", "tensorflow==2.99"], "is the environment's own"),
+        (["--with", "pandas @ https://example.invalid/p.whl"], "names a URL"),
+        (["--with", "--index-url=x"], "pip options"),
+        (["--with", "not a spec!"], "is not a package requirement"),
+    ],
+)
+def test_a_bad_package_is_refused_before_anything_is_written(
+    out: Path, given: list[str], why: str
+) -> None:
+    code, text = cli("create", "--tf", TF, "--path", "pip", "--python", PYTHON, "--out", str(out),
+                     *given)  # fmt: skip
+    assert code == 2, text
+    assert why in text and "Traceback" not in text
+    assert not out.exists()
+
+
+def test_r_with_a_pip_option_is_refused(out: Path, tmp_path: Path) -> None:
+    reqs = tmp_path / "reqs.txt"
+    reqs.write_text("pandas\n--extra-index-url http://x\n")
+    code, text = cli("render", "--tf", TF, "--path", "pip", "--python", PYTHON, "--out", str(out),
+                     "-r", str(reqs))  # fmt: skip
+    assert code == 2 and "line 2: --extra-index-url is a pip option" in text
+    assert not out.exists()
+
+
+def test_a_hand_edit_makes_the_lock_stale_in_those_words_never_tampering(out: Path) -> None:
+    env_dir = render(out, "pandas")
+    assert lock(out)[0] == 0
+    with (env_dir / "packages.in").open("a") as fh:
+        fh.write("matplotlib  # for plots\n")
+    code, text = lock(out, "--check")
+    assert code == 1
+    assert "is stale (your packages (packages.in) changed: added matplotlib)" in text
+    code, text = cli("install", NAME, "--out", str(out))
+    assert code == 1 and "stale (your packages (packages.in) changed" in text
+    assert "changed since provision rendered it" not in text  # not called tampering
+    code, text = cli("show", NAME, "--out", str(out))
+    assert code == 0
+    assert "is stale (your packages (packages.in) changed: added matplotlib)" in text
+    assert "pandas, matplotlib (packages.in, yours)" in text
+
+
+# -- conflicts --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("package", "expected"),
+    [
+        ("numpy>=2", ["numpy>=1.22,<=1.24.3", "what fits: numpy 1.24.3", "'numpy==1.24.3'"]),
+        ("newpy", [f"it needs Python >={MAJOR}.{MINOR + 1}; this environment has {PYTHON}"]),
+        ("needsproto", ["protobuf>=5", "protobuf>=3.20.3,<5", "no version of needsproto fits"]),
+    ],
+)
+def test_a_conflict_is_explained_in_a_few_lines(
+    out: Path, package: str, expected: list[str]
+) -> None:
+    env_dir = render(out, "pandas")
+    assert lock(out)[0] == 0
+    lock_before = (env_dir / "requirements.lock").read_bytes()
+    users_before = (env_dir / "packages.in").read_bytes()
+    code, text = cli("add", NAME, package, "--out", str(out))
+    assert code == 1, text
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert lines[0].startswith(f"provision: error: {NAME}: {package} cannot be locked with "
+                               f"TensorFlow {SPEC.release.pin} on Python {PYTHON}")  # fmt: skip
+    assert len(lines) <= 8, text
+    for piece in expected:
+        assert piece in text
+    assert "Traceback" not in text
+    # Nothing changed: the user's file and the lock are as they were.
+    assert (env_dir / "requirements.lock").read_bytes() == lock_before
+    assert (env_dir / "packages.in").read_bytes() == users_before
+    # The resolver's own words are behind -v.
+    code, verbose = run_cli_verbose("add", NAME, package, "--out", str(out))
+    assert code == 1 and "No solution found when resolving dependencies" in verbose
+
+
+def run_cli_verbose(*args: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from provision.cli.commands import cli as group
+
+    res = CliRunner().invoke(group, ["-v", *args])
+    return res.exit_code, res.output
+
+
+# -- the smallest change, as of when they were declared, upgrades -------------------------------
+
+
+def test_a_new_package_moves_nothing_else_and_upgrade_moves_it_forward(
+    out: Path, user_index: tuple[str, Path]
+) -> None:
+    env_dir = render(out, "scikit-learn")
+    assert lock(out)[0] == 0
+    first = pins((env_dir / "requirements.lock").read_text())
+    assert first["scipy"] == "1.11.0"
+    # The index publishes a newer scipy: a package added now leaves scipy where it was.
+    localchannel.simple_index(user_index[1], [*_all_pins(), *EXTRA, "scipy==1.12.0"], REQUIRES)
+    code, text = cli("add", NAME, "matplotlib", "--out", str(out))
+    assert code == 0, text
+    after = pins((env_dir / "requirements.lock").read_text())
+    assert {k: v for k, v in after.items() if first.get(k) != v} == {
+        "matplotlib": "3.8.0",
+        "pillow": "10.0.0",
+    }
+    assert "+ matplotlib 3.8.0" in text and "+ pillow 10.0.0" in text
+    assert "scipy" not in text
+    assert f"{NAME} is not built here; provision install {NAME} builds it" in text
+    # An explicit upgrade moves it (and what it needs) forward.
+    code, text = lock(out, "--upgrade-package", "scikit-learn")
+    assert code == 0, text
+    assert pins((env_dir / "requirements.lock").read_text())["scipy"] == "1.12.0"
+    code, text = lock(out, "--upgrade-package", "numpy")
+    assert code == 2 and "not one of your packages" in text
+
+
+# -- add and drop in a built environment --------------------------------------------------------
+
+
+def site(prefix: Path) -> set[str]:
+    sp = next((prefix / "lib").glob("python*/site-packages"))
+    return {p.name.split("-")[0].lower() for p in sp.glob("*.dist-info")}
+
+
+def test_add_and_drop_sync_the_built_venv_and_leave_a_users_own_package(out: Path) -> None:
+    render(out, "pandas")
+    assert lock(out)[0] == 0
+    code, text = cli("install", NAME, "--out", str(out))
+    assert code == 0, text
+    code, text = cli("show", NAME, "--out", str(out))
+    prefix = Path(re.search(r"prefix\s+(\S+)", text).group(1))  # type: ignore[union-attr]
+    assert "pandas" in site(prefix)
+    # The user installs a package of their own by hand: provision never removes it.
+    uv = __import__("provision.tools", fromlist=["uv"]).uv()
+    subprocess.run([uv, "pip", "install", "--python", str(prefix / "bin" / "python"),
+                    "handmade==1.0", "--no-deps", "--no-config",
+                    "--index-url", os.environ["PIP_INDEX_URL"]], check=True,
+                   capture_output=True)  # fmt: skip
+    code, text = cli("add", NAME, "matplotlib", "--out", str(out), "--no-verify")
+    assert code == 0, text
+    assert re.search(r"synced .* \(2 installed or changed, 0 removed\)", text), text
+    assert {"matplotlib", "pillow", "pandas", "handmade"} <= site(prefix)
+    code, text = cli("drop", NAME, "pandas", "--out", str(out), "--no-verify")
+    assert code == 0, text
+    assert "- pandas 2.2.0" in text
+    assert "pandas" not in site(prefix) and "handmade" in site(prefix)
+    assert "numpy" in site(prefix)  # TensorFlow needs it
+    # provision's list of what it installed follows: only the hand-made package is the user's.
+    from provision.install import owned
+
+    theirs = owned.foreign(prefix)
+    assert theirs and all("handmade" in path for path in theirs), theirs
+    # TensorFlow's pins and what is not the user's cannot be dropped.
+    code, text = cli("drop", NAME, "tensorflow", "--out", str(out))
+    assert code == 2 and "TensorFlow's own pins" in text
+    code, text = cli("drop", NAME, "numpy", "--out", str(out))
+    assert code == 2 and "not in" in text and "(yours: matplotlib)" in text
+    # A refused add leaves the prefix as it was.
+    before = site(prefix)
+    code, text = cli("add", NAME, "numpy>=2", "--out", str(out), "--no-verify")
+    assert code == 1 and site(prefix) == before
+    # The drift check sees the prefix as the lock says (the hand-made package aside).
+    code, text = cli("check", NAME)
+    assert "matplotlib" not in text and "pandas" not in text, text
