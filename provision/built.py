@@ -276,9 +276,7 @@ def export(found: Found, dest: Path) -> list[str]:
     except OSError as exc:
         raise ProvisionError(f"cannot write into {parent}: {exc.strerror}") from exc
     try:
-        files = [*env.manifest.files, environment.MANIFEST]
-        if env.lock.is_file():
-            files.append(env.lock.name)
+        files = env.own_files()
         for rel in files:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(env.root / rel, tmp / rel)
@@ -301,6 +299,12 @@ def export(found: Found, dest: Path) -> list[str]:
             shutil.copyfile(install.system_script(), tmp / "install-system.sh")
             (tmp / "install-system.sh").chmod(0o755)
             files.append("install-system.sh")
+        if env.path != "conda" and env.lock.is_file():
+            from provision.lock import pylock
+
+            text = pylock.pep751(env.spec, env.lock.read_text(encoding="utf-8"))
+            (tmp / "pylock.toml").write_text(text, encoding="utf-8")
+            files.append("pylock.toml")
         os.rename(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -180,6 +180,14 @@ class EnvDir:
             why = exc.strerror if isinstance(exc, OSError) else str(exc)
             raise ManifestError(f"cannot read {self.user_file}: {why}") from exc
 
+    def own_files(self) -> list[str]:
+        """What the environment directory is, as it travels (bundle, export, the copy a build
+        keeps): the manifest, every rendered file it lists, the lock and the user's packages
+        (those two when they are there); nothing else that may lie around in the folder."""
+        rels = {MANIFEST, *self.manifest.files}
+        rels |= {p.name for p in (self.lock, self.user_file) if p.is_file()}
+        return sorted(rels)
+
     def packages(self) -> list[userpackages.Package]:
         """The user's packages, in the file's order (none without packages.in)."""
         text = self.user_text()

@@ -9,14 +9,17 @@ clash with it. The real uv resolves and installs; the venvs are real.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import localchannel
 import pytest
+from bundletools import needs_unshare, provision_offline, provision_wheelhouse
 from tinyindex import pip_release, run_cli
 
 from provision import matrix
@@ -294,3 +297,39 @@ def test_add_and_drop_sync_the_built_venv_and_leave_a_users_own_package(out: Pat
     # The drift check sees the prefix as the lock says (the hand-made package aside).
     code, text = cli("check", NAME)
     assert "matplotlib" not in text and "pandas" not in text, text
+
+
+# -- carried everywhere: bundle, install --from-bundle with no network, export ------------------
+
+
+@needs_unshare
+def test_a_bundle_and_an_export_carry_the_users_packages(
+    out: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    env_dir = render(out, "pandas")
+    assert lock(out)[0] == 0
+    wheels = provision_wheelhouse(tmp_path_factory.mktemp("provision-wheels"))
+    bundle = tmp_path / "b" / "env.tar"
+    code, text = cli("bundle", NAME, "--out", str(out), "-o", str(bundle),
+                     "--cache-dir", str(tmp_path / "cache"), "--provision-wheels", str(wheels))
+    assert code == 0, text
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+    assert any(n.endswith(f"env/{NAME}/packages.in") for n in names)
+    assert any("/pandas-2.2.0-" in n for n in names)
+    home = tmp_path / "target-home"
+    done = provision_offline("install", "--from-bundle", str(bundle), "--no-verify", "--json",
+                             env={"PROVISION_HOME": str(home)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    prefix = Path(json.loads(done.stdout)["install"]["prefix"])
+    assert "pandas" in site(prefix)
+    shown = provision_offline("show", NAME, env={"PROVISION_HOME": str(home)})
+    assert "pandas (packages.in, yours)" in shown.stdout, shown.stdout + shown.stderr
+    code, text = cli("export", NAME, str(tmp_path / "exported"), "--out", str(out))
+    assert code == 0, text
+    assert (tmp_path / "exported" / "packages.in").read_text() == (
+        env_dir / "packages.in"
+    ).read_text()
+    standard = (tmp_path / "exported" / "pylock.toml").read_text()
+    assert 'lock-version = "1.0"' in standard and 'name = "pandas"' in standard
+    assert str(tmp_path) not in standard and "/work/" not in standard

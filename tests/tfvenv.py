@@ -1,8 +1,11 @@
 """Real TensorFlow venvs for slow tests and benchmarks, built once and cached.
 
 Each lives in $PROVISION_TEST_CACHE/venvs or ~/.cache/provision-tests/venvs as tf<pin>-py<X.Y>:
-plain `pip install tensorflow==<pin>` (the CUDA build; without a GPU it runs on the CPU) into a
-venv of the newest Python the release supports that is at most 3.12, the GPU machine's Python.
+`pip install tensorflow==<pin>` (the CUDA build; without a GPU it runs on the CPU) into a venv of
+the newest Python the release supports that is at most 3.12, the GPU machine's Python, with the
+versions of the committed pip-path lock (envs/tf<X.Y>-pip/requirements.lock) as constraints: the
+Keras, numpy and protobuf a user of that environment gets, not whatever the index serves today
+(Keras 3.15 arrived after 2.21's lock and changed what its models do on the CPU).
 A venv is built under a temporary name and renamed into place only when complete.
 """
 
@@ -35,7 +38,17 @@ def python_for(release: Release) -> str:
 
 
 def venv_dir(release: Release) -> Path:
-    return cache_dir() / f"tf{release.pin}-py{python_for(release)}"
+    return cache_dir() / f"tf{release.pin}-py{python_for(release)}-locked"
+
+
+def constraints(release: Release) -> list[str]:
+    """name==version of every package of the release's committed pip-path lock (none without)."""
+    from provision.lock.requirements import pins
+
+    lock = Path(__file__).resolve().parents[1] / "envs" / f"tf{release.tf}-pip" / "requirements.lock"
+    if not lock.is_file():
+        return []
+    return [f"{name}=={version}" for name, version in sorted(pins(lock.read_text()).items())]
 
 
 def ensure(release: Release) -> Path:
@@ -52,6 +65,8 @@ def ensure(release: Release) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([str(base), "-m", "venv", str(tmp)], check=True)
+    pinned = tmp / "constraints.txt"
+    pinned.write_text("".join(c + "\n" for c in constraints(release)))
     subprocess.run(
         [
             str(tmp / "bin" / "python"),
@@ -60,6 +75,8 @@ def ensure(release: Release) -> Path:
             "install",
             "--quiet",
             f"tensorflow=={release.pin}",
+            "--constraint",
+            str(pinned),
         ],
         check=True,
         timeout=3600,

@@ -248,3 +248,47 @@ def cutoff_args(
     for name in sorted({*exact_pins(requirements), *exempt} - {"tensorflow"}):
         args += ["--exclude-newer-package", f"{name}={EXEMPT_DATE}"]
     return args
+
+
+# -- the standard's lock file (PEP 751) ----------------------------------------------------------
+
+
+def pep751(spec: EnvSpec, lock_text: str, platform: str = "linux-64") -> str:
+    """requirements.lock as a PEP 751 `pylock.toml` for tools that read the standard: uv resolves
+    the lock's exact pins again (no dependencies) to the files the index serves for the target,
+    with their URLs; each file's sha256 must be one the lock holds (else LockError: the index
+    serves other files than those locked)."""
+    from provision.lock.requirements import parse_lock
+
+    allowed = {p.name: {h.removeprefix("sha256:") for h in p.hashes} for p in parse_lock(lock_text)}
+    with _children.workdir() as tmp:
+        folder = Path(tmp)
+        (folder / "requirements.lock").write_text(lock_text, encoding="utf-8")
+        argv = [
+            tools.uv(), "pip", "compile", "requirements.lock", "--no-deps", "--output-file",
+            "pylock.toml", "--quiet", "--no-header", "--no-config", "--no-progress",
+            "--python", sys.executable,
+            "--python-version", spec.python, "--python-platform", python_platform(spec, platform),
+            *index_args(pip_index_url()),
+        ]  # fmt: skip
+        done = _proc.run(argv, cwd=folder, env=uv_env(None), timeout=600, check=False)
+        if not done:
+            raise LockError(f"uv could not write pylock.toml: {uv_reason(done.stderr)}")
+        text = (folder / "pylock.toml").read_text(encoding="utf-8")
+    data = toml_loads(text)
+    packages = data.get("packages")
+    for pkg in packages if isinstance(packages, list) else []:
+        name = norm(str(pkg.get("name")))
+        files = [*(pkg.get("wheels") or []), *([pkg["sdist"]] if pkg.get("sdist") else [])]
+        for f in files:
+            sha = str((f.get("hashes") or {}).get("sha256", ""))
+            if sha not in allowed.get(name, set()):
+                raise LockError(
+                    f"pylock.toml: {name} {pkg.get('version')}: the index serves "
+                    f"{str(f.get('url', '?')).rsplit('/', 1)[-1]} (sha256 {sha[:12]}…), which the "
+                    "lock does not hold; re-lock"
+                )
+    return (
+        f"# {spec.name}: requirements.lock as a PEP 751 lock (provision export; the same pins and\n"
+        "# hashes, with the files the index serves for the target). Do not edit by hand.\n" + text
+    )

@@ -20,7 +20,6 @@ from importlib import resources
 from pathlib import Path
 from typing import BinaryIO
 
-from provision.environment import MANIFEST as ENV_MANIFEST
 from provision.environment import EnvDir
 from provision.errors import StaleError, UsageError
 from provision.rollout import bundle_fetch as fetch
@@ -98,11 +97,10 @@ def target_of(
 
 
 def env_items(env: EnvDir) -> list[fetch.Item]:
-    """The environment directory as a reviewer approved it: provision.json, every rendered file
-    it lists, and the lock; nothing else that may lie around in the folder."""
-    rels = sorted({ENV_MANIFEST, env.lock.name, *env.manifest.files})
+    """The environment directory as a reviewer approved it (EnvDir.own_files): provision.json,
+    every rendered file it lists, the lock and the user's packages.in."""
     out = []
-    for rel in rels:
+    for rel in env.own_files():
         path = env.root / rel
         out.append(fetch.Item(f"env/{env.name}/{rel}", "env", path, sha256_file(path)))
     return out
