@@ -79,6 +79,7 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
     from provision import lock
 
     env = found.env
+    found.editable(f"provision {'drop' if dropping else 'add'}")
     result = Changed(env.name)
     if env.path == "conda":
         raise UsageError(

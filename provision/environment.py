@@ -43,6 +43,8 @@ RUNTIME = "hooks/runtime.env"
 DEFAULT_OUT = Path("envs")
 # Where `provision install` puts the runtime values in a prefix (install/prefix_hooks.py).
 INSTALLED_RUNTIME = Path("etc/provision/runtime.env")
+# Where a build keeps the environment directory it was made from (install/prefix_hooks.py).
+KEPT_SOURCE = Path("etc/provision/env")
 # Where templates/system's install script puts its venv when run without --prefix (as root).
 SYSTEM_VENVS = Path("/opt/provision/venvs")
 
@@ -290,6 +292,18 @@ class Found:
 
     env: EnvDir
     record: registry.Record | None
+    kept: bool = False  # env is the copy its build keeps: the directory it came from is gone
+
+    def editable(self, what: str) -> None:
+        """UsageError when `what` would change the environment's inputs and they are the copy a
+        build keeps (its own prefix's): a directory of the user's is needed for that."""
+        if self.kept:
+            source = self.record.env_dir if self.record else "?"
+            raise UsageError(
+                f"{what}: {self.env.name} was built from {source}, which is gone; its build "
+                f"keeps a copy ({self.env.root}) that provision only reads; to change it, copy "
+                f"it back (provision export {self.env.name} DIR) and work there"
+            )
 
     @property
     def prefix(self) -> Path:
@@ -307,6 +321,9 @@ def find(name: str, out: Path | None = None) -> Found:
     base = out if out is not None else DEFAULT_OUT
     folder = base / name
     if not os.path.lexists(folder / MANIFEST) and out is None and record is not None:
+        kept = Path(record.prefix) / KEPT_SOURCE / name
+        if os.path.lexists(kept / MANIFEST):
+            return Found(load(kept), record, kept=True)
         raise UsageError(
             f"{name} is built at {record.prefix}, but the directory it was built from "
             f"({record.env_dir}) is gone; pass --out DIR where its envs/ is now, or forget it "

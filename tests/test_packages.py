@@ -13,6 +13,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,6 +68,7 @@ def user_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
 @pytest.fixture
 def out(user_index: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("PIP_INDEX_URL", user_index[0])
+    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))  # builds of this test only
     return tmp_path / "envs"
 
 
@@ -333,3 +335,36 @@ def test_a_bundle_and_an_export_carry_the_users_packages(
     standard = (tmp_path / "exported" / "pylock.toml").read_text()
     assert 'lock-version = "1.0"' in standard and 'name = "pandas"' in standard
     assert str(tmp_path) not in standard and "/work/" not in standard
+
+
+# -- independent of where it was made -------------------------------------------------------------
+
+
+def test_the_directory_it_was_built_from_can_go(
+    out: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # not where this repository's own envs/ are
+    render(out, "pandas")
+    assert lock(out)[0] == 0
+    code, text = cli("install", NAME, "--out", str(out))
+    assert code == 0, text
+    moved = tmp_path / "elsewhere"
+    out.rename(moved)  # the user moves (or deletes) the directory it was rendered in
+    code, text = cli("show", NAME)
+    assert code == 0, text
+    assert "pandas (packages.in, yours)" in text and "up to date" in text
+    ran = subprocess.run(  # `run` replaces its process: not in this one
+        [sys.executable, "-m", "provision", "run", NAME, "--", "python", "-c",
+         "import importlib.metadata as m; print(m.version('pandas'))"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    code, text = cli("check", NAME)
+    assert code == 0, text
+    # Changing it needs a directory of the user's: the kept copy is only read.
+    for argv in (["add", NAME, "matplotlib"], ["lock", NAME], ["install", NAME]):
+        code, text = cli(*argv)
+        assert code == 2 and "which is gone; its build keeps a copy" in text, text
+    code, text = cli("export", NAME, str(tmp_path / "again"))
+    assert code == 0, text
+    assert user_lines(tmp_path / "again") == ["pandas"]

@@ -220,6 +220,7 @@ def install_cmd(
         raise click.UsageError("give an environment NAME, or --from-bundle FILE")
     found = _find(name, out)
     refuse_other_paths(ctx, found.env.path)
+    found.editable("provision install")
     if prefix is None and found.record is not None and found.record.owned:
         prefix = Path(found.record.prefix)  # rebuild where it was built
     shown = presenter()

@@ -10,7 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from provision import payload_app
-from provision.environment import INSTALLED_RUNTIME, RUNTIME, EnvDir, parse_runtime, site_packages
+from provision.environment import (
+    INSTALLED_RUNTIME,
+    KEPT_SOURCE,
+    RUNTIME,
+    EnvDir,
+    parse_runtime,
+    site_packages,
+)
 from provision.errors import InstallError
 
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -60,6 +67,24 @@ def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = N
             _copy(HOOKS_DIR / script, target / "provision.sh")
     elif (prefix / "bin" / "activate").is_file():
         _hook_venv_activate(prefix / "bin" / "activate")
+    keep_source(env, prefix)
+
+
+def keep_source(env: EnvDir, prefix: Path) -> None:
+    """etc/provision/env/NAME/: the environment directory's own files (inputs, manifest, lock,
+    the user's packages.in) as this build was made from them, so that `run`, `show`, `verify`
+    and `check` work when the directory it was rendered in is moved or deleted."""
+    kept = Path(prefix) / KEPT_SOURCE / env.name
+    wanted = env.own_files()
+    for rel in wanted:
+        (kept / rel).parent.mkdir(parents=True, exist_ok=True)
+        _write(kept / rel, (env.root / rel).read_text(encoding="utf-8"))
+    for path in sorted(kept.rglob("*"), reverse=True) if kept.is_dir() else []:
+        rel = path.relative_to(kept).as_posix()
+        if path.is_file() and rel not in wanted:
+            path.unlink()  # a file of an earlier build (the folder is provision's own)
+        elif path.is_dir() and not any(path.iterdir()):
+            path.rmdir()
 
 
 def _write(path: Path, text: str) -> None:
