@@ -148,7 +148,7 @@ def run_config(
             messages.append(f"{n} x {precision}: {profile_summary(traced)}")
         if extra_steps:
             trainer.train(extra_steps, None)
-        acc = accuracy(model, x_test, y_test, gb)
+        acc = accuracy(model, x_test, y_test, gb, tf, args.jit == "on")
         observed = trainer.observed()
         shape = [int(d) for d in model.input_shape[1:]]
         norms = batchnorm_kinds(tf, model)
