@@ -39,6 +39,8 @@ INPUT_FILES: dict[str, tuple[str, ...]] = {
 # manifest's hashes; render keeps it, as it keeps the lock.
 USER_FILE = userpackages.FILE
 KEPT_FILES = (*sorted(set(LOCK_FILES.values())), USER_FILE)
+# The line of a pip lock whose NVIDIA libraries moved for another framework (lock/userlock.py).
+CUDA_TAG = "# provision-cuda-libraries: "
 RUNTIME = "hooks/runtime.env"
 DEFAULT_OUT = Path("envs")
 # Where `provision install` puts the runtime values in a prefix (install/prefix_hooks.py).
@@ -189,6 +191,20 @@ class EnvDir:
         rels = {MANIFEST, *self.manifest.files}
         rels |= {p.name for p in (self.lock, self.user_file) if p.is_file()}
         return sorted(rels)
+
+    def locked_cudnn(self) -> str | None:
+        """The cuDNN (major.minor) of a pip lock whose NVIDIA libraries moved within the
+        release's and-cuda ranges for another framework (its CUDA_TAG line), else None."""
+        import re
+
+        try:
+            text = diskread.read_text(self.lock, RENDERED_LIMIT)
+        except (OSError, diskread.Unreadable):
+            return None
+        if CUDA_TAG not in text:
+            return None
+        m = re.search(r"^nvidia-cudnn-cu\d+==(\d+)\.(\d+)", text, re.M)
+        return f"{m.group(1)}.{m.group(2)}" if m else None
 
     def packages(self) -> list[userpackages.Package]:
         """The user's packages, in the file's order (none without packages.in)."""

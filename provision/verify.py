@@ -158,7 +158,11 @@ def _checks(report: Mapping[str, object]) -> tuple[Outcome, ...]:
             status, reason = FAIL, f"unknown status {str(raw.get('status'))!r}: {reason}"
         out.append(Outcome(str(raw.get("name")), status, reason))
     names = {o.name for o in out}
-    out += [Outcome(n, FAIL, "missing from the report") for n in schema.CHECKS if n not in names]
+    out += [
+        Outcome(n, FAIL, "missing from the report")
+        for n in schema.CHECKS
+        if n not in names and n not in schema.ADDED_LATER
+    ]
     return tuple(out)
 
 
@@ -232,7 +236,17 @@ def _findings(
 
     for check, what, key in (("cudart", "CUDA runtime", "cuda"), ("cudnn", "cuDNN", "cudnn")):
         version = _details(report, check).get("version")
-        if version and expected.get(key):
+        want = expected.get("cudnn_locked") if key == "cudnn" else None
+        if version and want:  # moved for another framework: the lock's, exactly
+            same = judge.same_release(str(version), str(want))
+            add(
+                f"{check}_version",
+                PASS if same else FAIL,
+                f"{what} {version} is loaded"
+                + ("" if same else f"; the lock holds {want}")
+                + " (moved within the release's and-cuda range beside another framework)",
+            )
+        elif version and expected.get(key):
             status, reason = judge.judge_library_version(what, str(version), str(expected[key]))
             add(f"{check}_version", status, reason)
 
@@ -416,7 +430,11 @@ def expected_of(env: EnvDir) -> dict[str, object]:
     """What the smoke test must find: the spec's expectations, as the matrix says now."""
     from provision.matrix import spec
 
-    return spec.expected(env.spec)
+    expected = spec.expected(env.spec)
+    locked = env.locked_cudnn()
+    if locked:
+        expected["cudnn_locked"] = locked
+    return expected
 
 
 def cpu_only_reason(report: Mapping[str, object]) -> str:

@@ -21,13 +21,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "provision"
 FLOORS: list[list[str]] = [
     ["__main__"],
     ["cli"],
-    ["create", "rollout", "built"],
+    ["create", "rollout", "built", "change"],
     ["drift", "install"],
     ["verify", "lock", "releases"],
     ["doctor", "bench", "render", "facts", "tools"],
     ["host", "environment", "caches"],
     ["matrix", "registry"],
-    ["records", "_proc", "paths", "toolout"],
+    ["records", "_proc", "paths", "toolout", "userpackages"],
     [
         "payload",
         "payload_app",

@@ -509,8 +509,10 @@ def test_cpu_mode_verify_with_real_tensorflow(tf_env: TfEnv) -> None:
     assert result["ok"] is True
     checks = by_name(result["report"])
     for name, check in checks.items():
-        want = "skip" if name in GPU_ONLY else "pass"
+        # frameworks: no PyTorch or JAX in this venv (tests/test_packages.py has one)
+        want = "skip" if name in GPU_ONLY or name == "frameworks" else "pass"
         assert check["status"] == want, (name, check["reason"])
+    assert checks["frameworks"]["reason"] == "no PyTorch or JAX in the environment"
     assert checks["mirrored_strategy"]["details"]["replicas"] == 2
     assert checks["mirrored_strategy"]["details"]["max_disagreement"] == 0.0
     fp16, bf16 = checks["mixed_float16"]["details"], checks["mixed_bfloat16"]["details"]

@@ -451,6 +451,7 @@ def _register_use_commands() -> None:
     ):  # fmt: skip
         cli.add_command(command)
     matrix_cmd.add_command(matrix_update.update_cmd)
+    matrix_cmd.add_command(packages.pairs_cmd)
 
 
 _register_use_commands()

@@ -142,3 +142,38 @@ def _print(done: object) -> None:
             click.echo(f"  {line}")
     for line in done.lines:
         click.echo(line)
+
+
+@click.command("pairs")
+@click.argument("framework", type=click.Choice(("torch", "jax")))
+@click.option("--tf", "tfs", multiple=True, metavar="X.Y", callback=nonblank,
+              help="Only this release (repeatable; default: every final release's pip path).")
+def pairs_cmd(framework: str, tfs: tuple[str, ...]) -> None:
+    """Which FRAMEWORK release locks beside each TensorFlow release, in one CUDA line.
+
+    For each release's pip path at its newest Python: the newest FRAMEWORK whose NVIDIA wheels
+    fit the release's own and-cuda ranges (today's package index)."""
+    from provision import matrix
+    from provision._children import workdir
+    from provision.lock import frameworks
+    from provision.matrix import spec
+    from provision.progress import Event
+
+    m = matrix.load()
+    releases = [m.release(t) for t in tfs] if tfs else list(m.finals)
+    wanted = "jax[cuda12]" if framework == "jax" else framework
+    shown = presenter()
+    rows = []
+    with workdir() as tmp:
+        for release in releases:
+            if spec.refusal(m, release, "pip"):
+                continue
+            s = spec.resolve(m, release.tf, "pip")
+            shown(Event("step", f"TensorFlow {release.pin}, Python {s.python}: {wanted} ..."))
+            got = frameworks.pair(s, wanted, Path(tmp) / release.tf)
+            line = f"CUDA {s.cuda.version}" + ("" if frameworks.ranges(s) else " (exact pins)")
+            rows.append((release.pin, s.python, line, got or "none"))
+    shown.close()
+    click.echo(f"{'tensorflow':<12} {'python':<7} {'nvidia libraries':<22} {framework}")
+    for pin, python, line, got in rows:
+        click.echo(f"{pin:<12} {python:<7} {line:<22} {got}")

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from provision.errors import LockError
+from provision.lock.frameworks import FRAMEWORKS
+from provision.lock.frameworks import ranges as and_cuda_ranges
 from provision.lock.lockinputs import Target
 
 Relax = Callable[[str, Sequence[str]], "str | None"]
@@ -35,7 +37,13 @@ def derivation(text: str) -> list[str]:
     lines = [re.sub(r"^(?:error|cause|hint):\s*", "", ln) for ln in lines]
     joined = " ".join(ln for ln in lines if ln and not ln.startswith("No solution found"))
     sentences = re.split(r"(?<=\.)\s+(?=(?:And because|Because))", joined)
-    return [" ".join(s.split()) for s in sentences if s.lstrip().startswith(("Because", "And "))]
+    out = []
+    for sentence in sentences:
+        if not sentence.lstrip().startswith(("Because", "And ")):
+            continue
+        text = " ".join(re.sub(r"\{[^}]*\}", "", sentence).split())  # markers: noise here
+        out.append(text if len(text) <= 300 else text[:297] + "...")
+    return out
 
 
 def _mentions(text: str, name: str) -> bool:
@@ -74,7 +82,7 @@ def explain(target: Target, text: str, relax: Relax) -> ConflictError:
     lines = [
         f"{target.name}: {asked} cannot be locked with TensorFlow {pin} on Python {spec.python}:"
     ]
-    lines += [f"  {s}" for s in derivation(text)[:3]] or [f"  {' '.join(text.split())[:300]}"]
+    lines += [f"  {s}" for s in derivation(text)[:2]] or [f"  {' '.join(text.split())[:300]}"]
     needed = _python_needed(text)
     for package in culprits[:3]:
         others = [p.spec for p in target.packages if p.name != package.name]
@@ -83,6 +91,12 @@ def explain(target: Target, text: str, relax: Relax) -> ConflictError:
             lines.append(
                 f"  what fits: {package.name} {version}, its newest that fits TensorFlow {pin} "
                 f"(provision add {target.name} '{package.name}=={version}')"
+            )
+        elif package.name in FRAMEWORKS and and_cuda_ranges(spec):
+            lines.append(
+                f"  no {package.name} release built for TensorFlow {pin}'s CUDA line fits its "
+                f"and-cuda ranges on Python {spec.python}; which TensorFlow release pairs with "
+                f"which {package.name}: provision matrix pairs {package.name}"
             )
         elif needed is None:
             lines.append(

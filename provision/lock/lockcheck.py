@@ -141,7 +141,14 @@ def _closure(
     if target.spec.path != "conda":
         env = marker_environment(target.spec.python, platform)
         pins = [p for p in parsed if isinstance(p, Pin)]
-        requirements = [*lockinputs.requirements_in(target), *lockinputs.user_requirements(target)]
+        from provision.lock import userlock
+
+        base = lockinputs.requirements_in(target)
+        if userlock.beside(target):  # TensorFlow's NVIDIA pins widened to its ranges
+            from packaging.requirements import Requirement
+
+            base = [Requirement(r) for r in userlock.lock_requirements(target)]
+        requirements = [*base, *lockinputs.user_requirements(target)]
         source = "requirements.in" + (" and packages.in" if target.packages else "")
         return closure_problems(requirements, pins, source, env)
     packages = [p for p in parsed if isinstance(p, Mapping)]

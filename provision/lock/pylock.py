@@ -46,14 +46,14 @@ def manylinux_target(platform: str, glibc: str) -> str:
     return f"{ARCH[platform]}-manylinux_{tag[0]}_{tag[1]}"
 
 
-def python_platform(spec: EnvSpec, platform: str) -> str:
+def python_platform(spec: EnvSpec, platform: str, glibc: str | None = None) -> str:
     """The target of a pip/system lock: the row's glibc floor (uv's nearest tag at or above)."""
     if platform not in ARCH:
         raise UsageError(
             f"the {spec.path} path locks Linux wheels; --platform takes one of {', '.join(ARCH)}, "
             f"not {platform!r}"
         )
-    return manylinux_target(platform, spec.release.glibc_min)
+    return manylinux_target(platform, glibc or spec.release.glibc_min)
 
 
 # -- the lock ----------------------------------------------------------------------------------
@@ -87,6 +87,7 @@ def uv_compile_argv(
     index_url: str | None,
     extra: Sequence[str] = (),
     sources: Sequence[str] = (),
+    glibc: str | None = None,
 ) -> list[str]:
     """The uv call: hashes, the target's Python and platform, pip's index, nothing from uv.toml."""
     argv = [
@@ -94,7 +95,7 @@ def uv_compile_argv(
         "--generate-hashes", "--no-header", "--quiet", "--no-config", "--no-progress",
         "--python", sys.executable,  # only builds sdists if it must; the target is below
         "--python-version", spec.python,
-        "--python-platform", python_platform(spec, platform),
+        "--python-platform", python_platform(spec, platform, glibc),
         *extra,
     ]  # fmt: skip
     return argv + index_args(index_url)

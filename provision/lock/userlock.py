@@ -18,13 +18,22 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from provision import _children, _proc, tools
-from provision.lock import conflicts, pylock
+from provision import _children, _proc, environment, tools
+from provision.errors import LockError
+from provision.lock import conflicts, frameworks, pylock
 from provision.lock.lockinputs import Target
 from provision.lock.requirements import exact_pins, requirement_lines
 
 DECLARED_TAG = "# provision-declared: "
+CUDA_TAG = environment.CUDA_TAG
 ALL: tuple[str, ...] = ()  # upgrade=ALL: every one of the user's packages
+
+
+def lock_requirements(target: Target) -> list[str]:
+    """requirements.in's requirement lines as the lock resolves them: with another framework
+    among the user's packages, TensorFlow's NVIDIA pins widened to its and-cuda ranges."""
+    lines = requirement_lines((target.root / "requirements.in").read_text("utf-8"))
+    return frameworks.requirements(target.spec, lines) if beside(target) else lines
 
 
 def read_declared(lock_text: str | None) -> dict[str, str]:
@@ -54,8 +63,21 @@ def lock(
     """pylock.lock, with the user's packages: the body and its notes, checked against the row."""
     with _children.workdir() as tmp:
         body, notes = _lock(target, platform, cache_dir, Path(tmp), upgrade)
-    pylock.check_row(target, body)
+    if beside(target):
+        wrong = frameworks.problems(target.spec, body)
+        if wrong:
+            raise LockError(f"{target.name}: the resolved lock is not usable: {'; '.join(wrong)}")
+    else:
+        pylock.check_row(target, body)
     return body, notes
+
+
+def beside(target: Target) -> list[str]:
+    """The other frameworks among the user's packages (pip path): TensorFlow's NVIDIA libraries
+    may move within its and-cuda ranges (where its wheel has them), in one CUDA line."""
+    if target.spec.path != "pip":
+        return []
+    return frameworks.named([p.name for p in target.packages])
 
 
 def _lock(
@@ -70,9 +92,10 @@ def _lock(
     spec = target.spec
     previous_text = _read(target.lock_path)
     previous = pylock.read_as_of(previous_text or "")
-    requirements = requirement_lines((target.root / "requirements.in").read_text("utf-8"))
+    requirements = lock_requirements(target)
     env = pylock.uv_env(cache_dir)
-    python_platform = pylock.python_platform(spec, platform)
+    floor = frameworks.glibc(spec) if beside(target) else None
+    python_platform = pylock.python_platform(spec, platform, floor)
     when = pylock.as_of(requirements, spec.python, python_platform, workdir, env, previous)
     same_release = previous is not None and when is not None and previous.pin == when.pin
     upgraded = _upgraded(target, upgrade)
@@ -98,15 +121,27 @@ def _lock(
     output = workdir / "requirements.lock"
     output.write_text(seed, encoding="utf-8")
     extra = [*_cutoffs(target, requirements, when, declared)]
+    others = beside(target)
+    if others:
+        (workdir / "constraints.txt").write_text(
+            "".join(c + "\n" for c in frameworks.forbidden(spec)), encoding="utf-8"
+        )
+        extra += ["--constraint", "constraints.txt"]
     for name in sorted(moving):
         extra += ["--upgrade-package", name]
     argv = pylock.uv_compile_argv(
-        tools.uv(), spec, platform, output, pylock.pip_index_url(), extra, sources=("packages.in",)
-    )
+        tools.uv(), spec, platform, output, pylock.pip_index_url(), extra,
+        sources=("packages.in",), glibc=floor,
+    )  # fmt: skip
     done = _proc.run(argv, cwd=workdir, env=env, timeout=900, check=False)
     if not done:
         raise conflicts.explain(target, done.stderr or done.stdout, _relaxed(argv, workdir, env))
     notes = (when.header_line() + "\n" if when else "") + declared_line(declared)
+    if others:
+        notes += (
+            f"{CUDA_TAG}TensorFlow {spec.release.pin}'s NVIDIA libraries within its and-cuda "
+            f"ranges, one CUDA line, beside {', '.join(others)}\n"
+        )
     return output.read_text(encoding="utf-8"), notes
 
 

@@ -9,7 +9,7 @@ import time
 import traceback
 from typing import Callable, Dict, NoReturn
 
-from . import checks_build, checks_gpu, checks_train
+from . import checks_build, checks_frameworks, checks_gpu, checks_train
 from .context import Ctx, child_setup
 from .report import Expected, Result, result
 from .status import FAIL
@@ -31,6 +31,7 @@ CHECK_FUNCS: Dict[str, Callable[[Ctx], Result]] = {
     "mixed_float16": checks_train.check_mixed_float16,
     "mixed_bfloat16": checks_train.check_mixed_bfloat16,
     "xla": checks_train.check_xla,
+    "frameworks": checks_frameworks.check_frameworks,
 }
 
 

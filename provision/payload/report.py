@@ -69,8 +69,11 @@ CHECKS = (
     "mixed_float16",
     "mixed_bfloat16",
     "xla",
+    "frameworks",
     "logs",
 )
+# Checks a report of an earlier payload may lack (its verdict stands without them).
+ADDED_LATER = ("frameworks",)
 PARENT_CHECKS = ("logs",)  # judged from the children's stderr, after they have finished
 DEFAULT_TIMEOUT = 180.0  # seconds one check may take before it counts as hung
 SETUP_TIMEOUT = 300.0  # seconds importing TensorFlow and finding the GPUs may take
