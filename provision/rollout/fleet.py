@@ -66,9 +66,9 @@ class Options:
 
 def vars_text(env: EnvDir) -> str:
     """envs/NAME/ansible/vars.yml: the environment as the role sees it. No hosts, no secrets."""
-    from provision import environment, install
+    from provision import install
 
-    files = sorted({environment.MANIFEST, *env.manifest.files, env.lock.name})
+    files = env.own_files()  # packages.in too: the role builds what the lock holds
     r = env.request
     values = {
         "provision_env_name": env.name,
