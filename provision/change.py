@@ -36,7 +36,7 @@ def add(found: Found, specs: Sequence[str], *, verify: bool = True,
         report: Report = nothing) -> Changed:  # fmt: skip
     env = found.env
     conda = env.path == "conda"
-    wanted = [userpackages.parse_spec(s, conda, s) for s in specs]
+    wanted = [userpackages.parse_spec(s, conda, "add") for s in specs]
     old = env.user_text()
     new = userpackages.added(old, wanted, env.name, conda)
     return _change(found, old, new, verify, report, what=", ".join(p.line for p in wanted))

@@ -144,7 +144,7 @@ def create(
     from provision.userpackages import parse_spec
 
     for given in packages:  # a bad spec is refused before anything is written
-        parse_spec(given, env_spec.path == "conda", f"--with {given}")
+        parse_spec(given, env_spec.path == "conda", "--with")
     # Everything that can be checked is checked before the first file is written.
     if prefix is not None:
         target = install_mod.followed(Path(prefix).absolute())

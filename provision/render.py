@@ -305,7 +305,7 @@ def _user_text(folder: Path, spec: EnvSpec, packages: Sequence[str]) -> str:
     """packages.in with the packages given added (the user's lines kept); UsageError before
     anything is written when one is not a package spec."""
     conda = spec.path == "conda"
-    wanted = [userpackages.parse_spec(p, conda, f"--with {p}") for p in packages]
+    wanted = [userpackages.parse_spec(p, conda, "--with") for p in packages]
     path = folder / environment.USER_FILE
     try:
         text = path.read_text(encoding="utf-8") if os.path.lexists(path) else None

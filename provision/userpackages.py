@@ -22,6 +22,7 @@ from provision.errors import UsageError
 FILE = "packages.in"
 PYPI = "pypi:"
 MAX_LINES = 2000
+MAX_NAME = 100  # the longest name on the package index is about 80
 # What TensorFlow's own requirements decide; a user's line for these names would replace a pin.
 OWN = frozenset({"tensorflow", "tensorflow-cpu", "tf-nightly", "python", "pip"})
 _CONDA_SPEC = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9._-]*)(?:::)?(\s*[=<>!~*\d.,| a-zA-Z_+-]*)$")
@@ -56,7 +57,8 @@ def _pep508(text: str, where: str) -> str:
     try:
         req = Requirement(text)
     except InvalidRequirement as exc:
-        raise UsageError(f"{where}: {text!r} is not a package requirement ({exc})") from None
+        why = (str(exc).splitlines() or ["invalid"])[0]
+        raise UsageError(f"{where}: {text!r} is not a package requirement ({why})") from None
     if req.url:
         raise UsageError(
             f"{where}: {text!r} names a URL; a lock needs a package from the index (name a version)"
@@ -89,6 +91,9 @@ def parse_spec(text: str, conda: bool, where: str) -> Package:
         )
     spec = _match_spec(raw, where) if conda and not pypi else _pep508(raw, where)
     package = Package(spec, pypi and conda)
+    if len(package.name) > MAX_NAME:
+        raise UsageError(f"{where}: a package name of {len(package.name)} characters (at most "
+                         f"{MAX_NAME})")  # fmt: skip
     if package.name in OWN:
         raise UsageError(
             f"{where}: {package.name} is the environment's own (its TensorFlow release and "

@@ -125,6 +125,8 @@ BASE: dict[str, tuple[str, ...]] = {
     "fleet": ("fleet", "tiny", "--out", "@envs@", "--inventory", "@inventory@"),
     "bundle": ("bundle", "tiny", "--out", "@envs@", "-o", "@root@/tiny.bundle.tar"),
     "check": ("check",),
+    "add": ("add", "tiny", "provision-tiny", "--out", "@envs@"),
+    "drop": ("drop", "tiny", "provision-tiny", "--out", "@envs@"),
 }
 # Options whose hostile values are not a usage error in every case: a channel or a host pattern
 # may be a name; a missing release is one the matrix lacks (exit 1, as doctor documents).
@@ -135,7 +137,9 @@ NOT_HERE = {("bench", "--out")}
 # Options left out: flags, and those that take any text by design.
 SKIP = {"--help", "--version"}
 # Options that name a file to read or an interpreter to run (else: a directory or a new file).
-FILE_OPTIONS = {"--inventory", "--bundle", "--from-bundle", "--plot", "-o", "--output", "--prom"}
+FILE_OPTIONS = {
+    "--inventory", "--bundle", "--from-bundle", "--plot", "-o", "--output", "--prom", "-r",
+}  # fmt: skip
 INTERPRETER_OPTIONS = {"--python"}
 # bench's options validated by Click's ranges and its own callbacks.
 

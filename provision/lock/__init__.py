@@ -53,6 +53,13 @@ def run(
         raise UsageError(f"{name}: requirements.lock holds one platform; give one --platform")
     if solver not in SOLVERS:
         raise UsageError(f"--solver takes one of {', '.join(SOLVERS)}, not {solver!r}")
+    if upgrade is not None and not target.packages:
+        raise UsageError(
+            f"--upgrade: {name} has no packages of yours ({name}/packages.in); TensorFlow's own "
+            "dependencies move with the release (provision render --tf X.Y)"
+        )
+    if upgrade is not None and target.spec.path == "conda":
+        raise UsageError("--upgrade applies to pip and system path locks")
     data = lockfile.inputs(target, plats, channels)
     rel = f"{out.name}/{name}/{target.lock_path.name}"
     regen = lockfile.regen_command(target, plats, channels)
