@@ -299,10 +299,11 @@ def export(found: Found, dest: Path) -> list[str]:
             shutil.copyfile(install.system_script(), tmp / "install-system.sh")
             (tmp / "install-system.sh").chmod(0o755)
             files.append("install-system.sh")
-        if env.path != "conda" and env.lock.is_file():
+        lock_text = env.lock.read_text(encoding="utf-8") if env.lock.is_file() else ""
+        if env.path != "conda" and "==" in lock_text:
             from provision.lock import pylock
 
-            text = pylock.pep751(env.spec, env.lock.read_text(encoding="utf-8"))
+            text = pylock.pep751(env.spec, lock_text)
             (tmp / "pylock.toml").write_text(text, encoding="utf-8")
             files.append("pylock.toml")
         os.rename(tmp, dest)

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision import environment, userpackages
+from provision import diskread, environment, userpackages
 from provision.environment import EnvDir, Found
 from provision.errors import UsageError, VerifyError
 from provision.progress import Event, Report, nothing
@@ -91,7 +91,7 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
     if old_text == new_text and _fresh(env):
         result.lines.append(f"{env.user_file}: nothing to change ({what} as it is)")
         return result
-    old_lock = _read(env.lock)
+    old_lock = diskread.text_or_none(env.lock, environment.RENDERED_LIMIT)
     prefix = _built_prefix(found)
     report(Event("step", f"{'dropping' if dropping else 'adding'} {what}: locking {env.name} ..."))
     with _restored_on_failure(env, old_text, old_lock):
@@ -115,7 +115,7 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, verify: bool, rep
     from provision.install import sync
     from provision.install.place import read_marker
 
-    marker = read_marker(prefix) or {}
+    marker = read_marker(prefix)
     listed = install.owned.recorded(prefix)
     new_lock = env.lock.read_text(encoding="utf-8")
     record = registry.get(env.name)
@@ -183,16 +183,11 @@ def _built_prefix(found: Found) -> Path | None:
     if found.record is None:
         return None
     prefix = Path(found.record.prefix)
+    if found.env.path == "system":  # install.sh's venv: no marker of provision's
+        return prefix if (prefix / "bin" / "python").exists() else None
     if state_of(prefix) != "complete":
         return None
     return prefix
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -73,6 +73,14 @@ def read_text(path: Path | str, limit: int = SMALL) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def text_or_none(path: Path | str, limit: int = SMALL) -> str | None:
+    """read_text, or None when the file is missing, unreadable, not a file or too large."""
+    try:
+        return read_text(path, limit)
+    except (OSError, Unreadable):
+        return None
+
+
 def loads_json(data: bytes | str, shown: str, depth: int = DEPTH) -> object:
     """Parsed JSON of at most `depth` levels of objects and lists; Unreadable otherwise."""
     text = decode(data, shown) if isinstance(data, bytes) else data

@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision import environment, paths, userpackages, yamldoc
+from provision import diskread, environment, paths, userpackages, yamldoc
 from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
 from provision.matrix import Matrix
@@ -415,7 +415,8 @@ def _write_all(
         disk = plans[env_name]
         where = _display(out, env_name)
         mine = (user or {}).get(env_name)
-        same_user = mine is None or _read_or_none(out / env_name / environment.USER_FILE) == mine
+        users = out / env_name / environment.USER_FILE
+        same_user = mine is None or diskread.text_or_none(users, environment.RENDERED_LIMIT) == mine
         same_files = disk is not None and disk.files == {k: v.encode() for k, v in files.items()}
         if same_files and same_user:
             result.lines.append(f"unchanged {where} ({len(files)} files)")
@@ -436,13 +437,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-def _read_or_none(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _write_env(

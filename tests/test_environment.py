@@ -259,6 +259,11 @@ def test_a_registered_environment_whose_directory_is_gone_says_so(
 ) -> None:
     shutil.rmtree(built.dir)
     monkeypatch.chdir(tmp_path)
+    # The build keeps the directory it was made from (tests/test_packages.py): show still works.
+    code, out = run_cli("show", "tiny")
+    assert code == 0 and str(built.prefix) in out, out
+    # A build without that copy (an older provision's) says what to do.
+    shutil.rmtree(built.prefix / "etc" / "provision" / "env")
     code, out = run_cli("show", "tiny")
     assert code == 2 and f"tiny is built at {built.prefix}, but the directory" in out
     assert "provision remove tiny" in out

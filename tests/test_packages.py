@@ -312,8 +312,18 @@ def test_a_bundle_and_an_export_carry_the_users_packages(
     assert lock(out)[0] == 0
     wheels = provision_wheelhouse(tmp_path_factory.mktemp("provision-wheels"))
     bundle = tmp_path / "b" / "env.tar"
-    code, text = cli("bundle", NAME, "--out", str(out), "-o", str(bundle),
-                     "--cache-dir", str(tmp_path / "cache"), "--provision-wheels", str(wheels))
+    code, text = cli(
+        "bundle",
+        NAME,
+        "--out",
+        str(out),
+        "-o",
+        str(bundle),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--provision-wheels",
+        str(wheels),
+    )
     assert code == 0, text
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
@@ -368,3 +378,31 @@ def test_the_directory_it_was_built_from_can_go(
     code, text = cli("export", NAME, str(tmp_path / "again"))
     assert code == 0, text
     assert user_lines(tmp_path / "again") == ["pandas"]
+
+
+# -- the conda path: a package from the index beside the conda ones ------------------------------
+
+
+def test_conda_path_locks_a_pypi_package_in_its_pip_section(
+    out: Path, local_channel: localchannel.Channel
+) -> None:
+    from test_lock import CUDA11_PIP_CUDNN
+
+    s = spec.resolve(matrix.load(), CUDA11_PIP_CUDNN, "conda")
+    code, text = cli("render", "--tf", CUDA11_PIP_CUDNN, "--out", str(out), "--with", "pypi:pandas")
+    assert code == 0, text
+    assert user_lines(out / s.name) == ["pypi: pandas"]
+    code, text = cli("lock", s.name, "--out", str(out), "--channel", local_channel.url,
+                     "--solver", "builtin")  # fmt: skip
+    assert code == 0, text
+    import yaml
+
+    data = yaml.safe_load((out / s.name / "conda-lock.yml").read_text())
+    locked = {p["name"]: p for p in data["package"] if p["platform"] == "linux-64"}
+    assert locked["pandas"]["manager"] == "pip" and locked["pandas"]["version"] == "2.2.0"
+    assert locked["tensorflow"]["version"] == s.release.pin
+    code, text = cli("lock", s.name, "--out", str(out), "--check", "--channel", local_channel.url)
+    assert code == 0, text
+    # add and drop sync pip and system path environments in place; a conda one says what to do.
+    code, text = cli("add", s.name, "pandas", "--out", str(out))
+    assert code == 2 and "conda path" in text

@@ -146,8 +146,14 @@ def _print(done: object) -> None:
 
 @click.command("pairs")
 @click.argument("framework", type=click.Choice(("torch", "jax")))
-@click.option("--tf", "tfs", multiple=True, metavar="X.Y", callback=nonblank,
-              help="Only this release (repeatable; default: every final release's pip path).")
+@click.option(
+    "--tf",
+    "tfs",
+    multiple=True,
+    metavar="X.Y",
+    callback=nonblank,
+    help="Only this release (repeatable; default: every final release's pip path).",
+)
 def pairs_cmd(framework: str, tfs: tuple[str, ...]) -> None:
     """Which FRAMEWORK release locks beside each TensorFlow release, in one CUDA line.
 

@@ -110,7 +110,8 @@ def sync(env: EnvDir, prefix: Path, old_lock: str, digest: str, report: Report =
     new_text = env.lock.read_text(encoding="utf-8")
     before_pins, after_pins = pins(old_lock), pins(new_text)
     marker = read_marker(prefix)
-    if marker is None or marker.get("state") != "complete":
+    # The system path's venv is made by install.sh, with no marker of provision's.
+    if env.path != "system" and (marker is None or marker.get("state") != "complete"):
         raise InstallError(f"{prefix} is not a complete provision build; provision install it")
     listed = owned.recorded(prefix)
     changed = {n for n in before_pins.keys() | after_pins.keys()
@@ -127,7 +128,8 @@ def sync(env: EnvDir, prefix: Path, old_lock: str, digest: str, report: Report =
         # came (a folder another package still uses stays listed: removing a prefix only
         # deletes folders that became empty).
         _write_list(prefix, (listed - (before - after)) | after)
-    write_marker(prefix, {**marker, "inputs_sha256": digest, "lock_sha256": _sha(new_text)})
+    if marker is not None:
+        write_marker(prefix, {**marker, "inputs_sha256": digest, "lock_sha256": _sha(new_text)})
     return Synced(
         {n: v for n, v in after_pins.items() if before_pins.get(n) != v},
         {n: v for n, v in before_pins.items() if n not in after_pins},
@@ -140,7 +142,7 @@ def restore(
     old_lock: str,
     new_lock: str,
     listed: set[str] | None,
-    marker: dict[str, object],
+    marker: dict[str, object] | None,
     report: Report = nothing,
 ) -> None:
     """Put the venv back to old_lock: its packages at their versions, those the new lock added
@@ -155,7 +157,8 @@ def restore(
         ) from exc
     if listed is not None:
         _write_list(prefix, listed)
-    write_marker(prefix, marker)
+    if marker is not None:
+        write_marker(prefix, marker)
 
 
 def _write_list(prefix: Path, names: set[str]) -> None:

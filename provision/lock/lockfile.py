@@ -80,9 +80,7 @@ def inputs(target: Target, platforms: Sequence[str], channels: Sequence[str]) ->
         from provision.lock import frameworks, userlock
 
         floor = frameworks.glibc(target.spec) if userlock.beside(target) else None
-        data["target"] = [
-            pylock.python_platform(target.spec, p, floor) for p in sorted(platforms)
-        ]
+        data["target"] = [pylock.python_platform(target.spec, p, floor) for p in sorted(platforms)]
     if target.packages:  # absent without packages.in: the locks made before it read the same
         data["packages"] = sorted(p.line for p in target.packages)
     return data

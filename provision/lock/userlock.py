@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from provision import _children, _proc, environment, tools
+from provision import _children, _proc, diskread, environment, tools
 from provision.errors import LockError
 from provision.lock import conflicts, frameworks, pylock
 from provision.lock.lockinputs import Target
@@ -90,7 +90,7 @@ def _lock(
     """(the body, its notes: as-of and declared lines) of a pip lock with the user's packages.
     upgrade: None keeps every declared time; ALL moves every user package to now; names, those."""
     spec = target.spec
-    previous_text = _read(target.lock_path)
+    previous_text = diskread.text_or_none(target.lock_path, environment.RENDERED_LIMIT)
     previous = pylock.read_as_of(previous_text or "")
     requirements = lock_requirements(target)
     env = pylock.uv_env(cache_dir)
@@ -143,13 +143,6 @@ def _lock(
             f"ranges, one CUDA line, beside {', '.join(others)}\n"
         )
     return output.read_text(encoding="utf-8"), notes
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _upgraded(target: Target, upgrade: Sequence[str] | None) -> set[str]:
