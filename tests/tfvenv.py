@@ -45,7 +45,8 @@ def constraints(release: Release) -> list[str]:
     """name==version of every package of the release's committed pip-path lock (none without)."""
     from provision.lock.requirements import pins
 
-    lock = Path(__file__).resolve().parents[1] / "envs" / f"tf{release.tf}-pip" / "requirements.lock"
+    envs = Path(__file__).resolve().parents[1] / "envs"
+    lock = envs / f"tf{release.tf}-pip" / "requirements.lock"
     if not lock.is_file():
         return []
     return [f"{name}=={version}" for name, version in sorted(pins(lock.read_text()).items())]
