@@ -144,6 +144,9 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, verify: bool, rep
         if record is not None:
             registry.put(record)
         raise
+    from provision.install import prefix_hooks
+
+    prefix_hooks.keep_source(env, prefix)  # the copy the build keeps follows its inputs
     if not verify:
         from provision.facts import store
 

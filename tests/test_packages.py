@@ -287,6 +287,9 @@ def test_add_and_drop_sync_the_built_venv_and_leave_a_users_own_package(out: Pat
 
     theirs = owned.foreign(prefix)
     assert theirs and all("handmade" in path for path in theirs), theirs
+    # The copy of its inputs the build keeps follows them.
+    kept = prefix / "etc" / "provision" / "env" / NAME / "packages.in"
+    assert [ln for ln in kept.read_text().splitlines() if not ln.startswith("#")] == ["matplotlib"]
     # TensorFlow's pins and what is not the user's cannot be dropped.
     code, text = cli("drop", NAME, "tensorflow", "--out", str(out))
     assert code == 2 and "TensorFlow's own pins" in text
