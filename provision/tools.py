@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-from provision import _proc
 from provision.errors import InstallError, ProvisionError, ToolMissing, UsageError
 
 SOLVERS = ("auto", "conda", "mamba", "micromamba", "builtin")
@@ -24,6 +23,8 @@ SOLVERS = ("auto", "conda", "mamba", "micromamba", "builtin")
 
 def python_version_of(exe: str | Path) -> str | None:
     """The X.Y of an interpreter, or None when it is not a Python that runs here."""
+    from provision import _proc  # imports subprocess: not on the CLI's path to --help
+
     try:
         done = _proc.run(
             [str(exe), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
@@ -42,6 +43,8 @@ def pyenv_root() -> Path:
 
 def python_candidates(version: str) -> list[str]:
     """Where Python X.Y may be: `pythonX.Y` on PATH, then pyenv's versions (newest patch first)."""
+    from provision import _proc  # imports subprocess: not on the CLI's path to --help
+
     found: list[str] = []
     on_path = _proc.which(f"python{version}")
     # A pyenv shim is a dispatcher that fails for every version not selected as global; the
@@ -65,6 +68,8 @@ def python_candidates(version: str) -> list[str]:
 @cache
 def find_python(version: str) -> Path:
     """An interpreter of Python X.Y on this host, or InstallError naming the version."""
+    from provision import _proc  # imports subprocess: not on the CLI's path to --help
+
     for exe in python_candidates(version):
         if python_version_of(exe) == version:
             return Path(exe)
@@ -95,6 +100,8 @@ def has_python(version: str) -> bool:
 
 def uv_or_none() -> str | None:
     """uv from its PyPI package (a dependency of provision), else the first on PATH."""
+    from provision import _proc  # imports subprocess: not on the CLI's path to --help
+
     try:
         from uv import find_uv_bin
     except ImportError:
@@ -218,6 +225,8 @@ def child_env(cache_dir: Path | None = None, *, extra_index: bool = False) -> di
 
 def solver(name: str = "auto") -> str:
     """The conda-compatible executable for conda-lock: the host's own, else provision-conda."""
+    from provision import _proc  # imports subprocess: not on the CLI's path to --help
+
     if name not in SOLVERS:
         raise UsageError(f"--solver takes one of {', '.join(SOLVERS)}, not {name!r}")
     if name != "builtin":
