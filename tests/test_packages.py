@@ -409,3 +409,60 @@ def test_conda_path_locks_a_pypi_package_in_its_pip_section(
     # add and drop sync pip and system path environments in place; a conda one says what to do.
     code, text = cli("add", s.name, "pandas", "--out", str(out))
     assert code == 2 and "conda path" in text
+
+
+# -- PyTorch beside TensorFlow: one CUDA line ------------------------------------------------------
+
+NEWEST = matrix.load().newest
+TORCHES = {
+    # Fits the release's and-cuda ranges: cuDNN moves up within them, NCCL too.
+    "torch==2.9.0": ["nvidia-cudnn-cu12==9.10.2.21", "nvidia-nccl-cu12==2.28.1"],
+    # Pins an NCCL below the release's range.
+    "torch==2.10.0": ["nvidia-cudnn-cu12==9.10.2.21", "nvidia-nccl-cu12==2.27.5"],
+    # Another CUDA line: a second copy of cuDNN.
+    "torch==2.11.0": ["nvidia-cudnn-cu13==9.13.0.50"],
+}
+
+
+@pytest.fixture(scope="module")
+def torch_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("torch-index")
+    tf = next(r for r in _all_pins() if r.startswith("tensorflow[") and NEWEST.pin in r)
+    extra = [*TORCHES, "nvidia-cudnn-cu12==9.10.2.21", "nvidia-nccl-cu12==2.28.1",
+             "nvidia-nccl-cu12==2.27.5", "nvidia-cudnn-cu13==9.13.0.50"]  # fmt: skip
+    requires = {f"tensorflow=={NEWEST.pin}": list(NEWEST.and_cuda), **TORCHES}
+    localchannel.simple_index(root, [*_all_pins(), *extra], requires)
+    assert tf  # the release's `tensorflow[and-cuda]` pin is served
+    server = localchannel.Server(root)
+    yield f"{server.url}/simple"
+    server.stop()
+
+
+def test_torch_beside_tensorflow_moves_cuda_libraries_within_the_ranges_in_one_line(
+    torch_index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not NEWEST.and_cuda:
+        pytest.skip(f"TensorFlow {NEWEST.pin}'s wheel has no and-cuda extra")
+    monkeypatch.setenv("PIP_INDEX_URL", torch_index)
+    out = tmp_path / "envs"
+    s = spec.resolve(matrix.load(), NEWEST.tf, "pip")
+    code, text = cli("render", "--tf", NEWEST.tf, "--path", "pip", "--out", str(out),
+                     "--with", "torch")  # fmt: skip
+    assert code == 0, text
+    code, text = cli("lock", s.name, "--out", str(out))
+    assert code == 0, text
+    body = (out / s.name / "requirements.lock").read_text()
+    got = pins(body)
+    assert got["torch"] == "2.9.0"  # the newest whose NVIDIA wheels fit the ranges
+    assert got["nvidia-cudnn-cu12"] == "9.10.2.21" and got["nvidia-nccl-cu12"] == "2.28.1"
+    assert not any(n.endswith("-cu13") for n in got)  # one CUDA line
+    assert f"# provision-cuda-libraries: TensorFlow {NEWEST.pin}'s NVIDIA libraries" in body
+    assert "manylinux_2_28" in body  # the frameworks' glibc floor
+    assert cli("lock", s.name, "--out", str(out), "--check")[0] == 0
+    code, text = cli("matrix", "pairs", "torch", "--tf", NEWEST.tf)
+    assert code == 0 and re.search(rf"{re.escape(NEWEST.pin)}\s.*\s2\.9\.0$", text, re.M), text
+    # A torch that pins an NCCL below the range, or brings CUDA 13: refused, with where to look.
+    code, text = cli("add", s.name, "torch>=2.10", "--out", str(out))
+    assert code == 1, text
+    assert "what fits: torch 2.9.0" in text and "Traceback" not in text
+    assert pins((out / s.name / "requirements.lock").read_text())["torch"] == "2.9.0"

@@ -149,7 +149,20 @@ def pair(spec: EnvSpec, framework: str, workdir: Path, cache_dir: Path | None = 
 
         raise LockError(f"uv could not resolve {framework} beside TensorFlow {spec.release.pin}: "
                         f"{pylock.uv_reason(done.stderr or done.stdout)}")  # fmt: skip
-    return pins(out.read_text(encoding="utf-8")).get(norm(framework.split("[")[0]))
+    got = pins(out.read_text(encoding="utf-8"))
+    if not gpu_build(framework, got):
+        return None  # only a CPU build of it fits (an old jax without the extra, say)
+    return got.get(norm(framework.split("[")[0]))
+
+
+def gpu_build(framework: str, got: dict[str, str]) -> bool:
+    """Whether the resolved framework is its CUDA build: JAX needs its CUDA plugin (an old jax
+    without the extra resolves to the CPU build, with only a warning); torch's Linux wheels on the
+    package index are CUDA builds."""
+    name = norm(framework.split("[")[0])
+    if name in ("jax", "jaxlib", "jax-cuda12-plugin"):
+        return any(re.fullmatch(r"jax-cuda\d+-plugin", n) for n in got)
+    return True
 
 
 def requirement_lines_of(spec: EnvSpec) -> list[str]:

@@ -22,7 +22,7 @@ from provision import _children, _proc, diskread, environment, tools
 from provision.errors import LockError
 from provision.lock import conflicts, frameworks, pylock
 from provision.lock.lockinputs import Target
-from provision.lock.requirements import exact_pins, requirement_lines
+from provision.lock.requirements import exact_pins, pins, requirement_lines
 
 DECLARED_TAG = "# provision-declared: "
 CUDA_TAG = environment.CUDA_TAG
@@ -65,6 +65,13 @@ def lock(
         body, notes = _lock(target, platform, cache_dir, Path(tmp), upgrade)
     if beside(target):
         wrong = frameworks.problems(target.spec, body)
+        got = pins(body)
+        wrong += [
+            f"{name} resolved to its CPU build only (no CUDA build of it fits TensorFlow "
+            f"{target.spec.release.pin}'s CUDA line; provision matrix pairs {name})"
+            for name in beside(target)
+            if not frameworks.gpu_build(name, got)
+        ]
         if wrong:
             raise LockError(f"{target.name}: the resolved lock is not usable: {'; '.join(wrong)}")
     else:
