@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -222,6 +223,8 @@ def _relaxed(argv: list[str], workdir: Path, env: dict[str, str]) -> conflicts.R
             (workdir / "requirements.in").read_text("utf-8"), encoding="utf-8"
         )
         (trial / "packages.in").write_text("".join(ln + "\n" for ln in lines), encoding="utf-8")
+        if (workdir / "constraints.txt").is_file():  # one CUDA line beside another framework
+            shutil.copyfile(workdir / "constraints.txt", trial / "constraints.txt")
         out = trial / "requirements.lock"
         out.unlink(missing_ok=True)
         again = [str(out) if a == str(workdir / "requirements.lock") else a for a in argv]
