@@ -1,7 +1,7 @@
 """Real TensorFlow venvs for slow tests and benchmarks, built once and cached.
 
-Each lives in $PROVISION_TEST_CACHE/venvs or ~/.cache/provision-tests/venvs as tf<pin>-py<X.Y>:
-`pip install tensorflow==<pin>` (the CUDA build; without a GPU it runs on the CPU) into a venv of
+Each lives in $PROVISION_TEST_CACHE/venvs/locked or ~/.cache/provision-tests/venvs/locked as
+tf<pin>-py<X.Y>: `pip install tensorflow==<pin>` (the CUDA build; without a GPU it runs on the CPU) into a venv of
 the newest Python the release supports that is at most 3.12, the GPU machine's Python, with the
 versions of the committed pip-path lock (envs/tf<X.Y>-pip/requirements.lock) as constraints: the
 Keras, numpy and protobuf a user of that environment gets, not whatever the index serves today
@@ -38,7 +38,8 @@ def python_for(release: Release) -> str:
 
 
 def venv_dir(release: Release) -> Path:
-    return cache_dir() / f"tf{release.pin}-py{python_for(release)}-locked"
+    # In a folder of their own: the venv's name is the environment's label in bench's reports.
+    return cache_dir() / "locked" / f"tf{release.pin}-py{python_for(release)}"
 
 
 def constraints(release: Release) -> list[str]:
