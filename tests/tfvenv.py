@@ -1,12 +1,13 @@
 """Real TensorFlow venvs for slow tests and benchmarks, built once and cached.
 
 Each lives in $PROVISION_TEST_CACHE/venvs/locked or ~/.cache/provision-tests/venvs/locked as
-tf<pin>-py<X.Y>: `pip install tensorflow==<pin>` (the CUDA build; without a GPU it runs on the CPU) into a venv of
-the newest Python the release supports that is at most 3.12, the GPU machine's Python, with the
-versions of the committed pip-path lock (envs/tf<X.Y>-pip/requirements.lock) as constraints: the
-Keras, numpy and protobuf a user of that environment gets, not whatever the index serves today
-(Keras 3.15 arrived after 2.21's lock and changed what its models do on the CPU).
-A venv is built under a temporary name and renamed into place only when complete.
+tf<pin>-py<X.Y>: `pip install tensorflow==<pin>` (the CUDA build; without a GPU it runs on the
+CPU) into a venv of the newest Python the release supports that is at most 3.12, the GPU
+machine's Python, with the versions of the committed pip-path lock
+(envs/tf<X.Y>-pip/requirements.lock) as constraints: the Keras, numpy and protobuf a user of that
+environment gets, not whatever the index serves today (Keras 3.15 arrived after 2.21's lock and
+changed what its models do on the CPU). A venv is built under a temporary name and renamed into
+place only when complete.
 """
 
 from __future__ import annotations
