@@ -466,3 +466,12 @@ def test_torch_beside_tensorflow_moves_cuda_libraries_within_the_ranges_in_one_l
     assert code == 1, text
     assert "what fits: torch 2.9.0" in text and "Traceback" not in text
     assert pins((out / s.name / "requirements.lock").read_text())["torch"] == "2.9.0"
+
+
+def test_a_broken_previous_lock_is_not_where_a_lock_starts(out: Path) -> None:
+    env_dir = render(out, "pandas")
+    (env_dir / "requirements.lock").write_text("pandas >= \\\n# cut here\n")
+    code, text = lock(out)
+    assert code == 0, text
+    assert pins((env_dir / "requirements.lock").read_text())["pandas"] == "2.2.0"
+    assert lock(out, "--check")[0] == 0

@@ -99,6 +99,8 @@ def _lock(
     upgrade: None keeps every declared time; ALL moves every user package to now; names, those."""
     spec = target.spec
     previous_text = diskread.text_or_none(target.lock_path, environment.RENDERED_LIMIT)
+    if previous_text is not None and not _readable(previous_text):
+        previous_text = None  # an edited or truncated lock is no place to start from
     previous = pylock.read_as_of(previous_text or "")
     requirements = lock_requirements(target)
     env = pylock.uv_env(cache_dir)
@@ -151,6 +153,16 @@ def _lock(
             f"ranges, one CUDA line, beside {', '.join(others)}\n"
         )
     return output.read_text(encoding="utf-8"), notes
+
+
+def _readable(text: str) -> bool:
+    from provision.lock.requirements import parse_lock
+
+    try:
+        parse_lock(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _upgraded(target: Target, upgrade: Sequence[str] | None) -> set[str]:
