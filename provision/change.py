@@ -10,7 +10,6 @@ back as they were, and the failure is said in one line (a conflict in a few).
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from provision import diskread, environment, userpackages
 from provision.environment import EnvDir, Found
 from provision.errors import UsageError, VerifyError
+from provision.lock.lockfile import write_atomic
 from provision.progress import Event, Report, nothing
 
 
@@ -95,7 +95,7 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
     prefix = _built_prefix(found)
     report(Event("step", f"{'dropping' if dropping else 'adding'} {what}: locking {env.name} ..."))
     with _restored_on_failure(env, old_text, old_lock):
-        _write_atomic(env.user_file, new_text)
+        write_atomic(env.user_file, new_text)
         locked = lock.run(env.root.parent, env.name)
         new_lock = env.lock.read_text(encoding="utf-8")
         result.moved = moved(old_lock or "", new_lock)
@@ -105,21 +105,19 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
                 f"{env.name} is not built here; provision install {env.name} builds it"
             )
         elif old_lock is not None:
-            _sync_and_verify(env, prefix, old_lock, verify, report, result)
+            _sync_and_verify(env, prefix, old_lock, new_lock, verify, report, result)
     return result
 
 
-def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, verify: bool, report: Report,
-                     result: Changed) -> None:  # fmt: skip
-    from provision import install, registry
-    from provision.install import sync
-    from provision.install.place import read_marker
+def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, new_lock: str, verify: bool,
+                     report: Report, result: Changed) -> None:  # fmt: skip
+    from dataclasses import replace
 
-    marker = read_marker(prefix)
-    listed = install.owned.recorded(prefix)
-    new_lock = env.lock.read_text(encoding="utf-8")
+    from provision import install, registry
+    from provision.install import prefix_hooks, sync
+
     record = registry.get(env.name)
-    done = sync.sync(env, prefix, old_lock, install.inputs_digest(env), report)
+    done = sync.sync(env, prefix, old_lock, new_lock, install.inputs_digest(env), report)
     result.synced_seconds = done.seconds
     result.lines.append(
         f"synced {prefix} in {done.seconds:.1f} s ({len(done.installed)} installed or changed, "
@@ -127,8 +125,6 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, verify: bool, rep
     )
     try:
         if record is not None:
-            from dataclasses import replace
-
             registry.put(replace(record, lock_sha256=install.sha256_file(env.lock)))
         if verify:
             from provision import verify as verify_mod
@@ -140,12 +136,10 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, verify: bool, rep
                 raise VerifyError(f"{env.name} no longer verifies: {outcome.as_step().summary}")
             result.lines.append(outcome.as_step(env.name).summary)
     except BaseException:
-        sync.restore(prefix, old_lock, new_lock, listed, marker, report)
+        sync.restore(prefix, done.before, done.after, report)
         if record is not None:
             registry.put(record)
         raise
-    from provision.install import prefix_hooks
-
     prefix_hooks.keep_source(env, prefix)  # the copy the build keeps follows its inputs
     if not verify:
         from provision.facts import store
@@ -193,12 +187,6 @@ def _built_prefix(found: Found) -> Path | None:
     return prefix
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.provision-tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 @contextlib.contextmanager
 def _restored_on_failure(
     env: EnvDir, user_text: str | None, lock_text: str | None
@@ -211,7 +199,7 @@ def _restored_on_failure(
             with contextlib.suppress(OSError):
                 env.user_file.unlink()
         else:
-            _write_atomic(env.user_file, user_text)
+            write_atomic(env.user_file, user_text)
         if lock_text is not None:
-            _write_atomic(env.lock, lock_text)
+            write_atomic(env.lock, lock_text)
         raise

@@ -34,7 +34,7 @@ MAJOR, MINOR = (int(x) for x in PYTHON.split("."))
 EXTRA = [
     "numpy==1.22.0", "numpy==1.24.3", "numpy==2.0.0", "pandas==2.0.3", "pandas==2.2.0",
     "scipy==1.11.0", "scikit-learn==1.3.0", "newpy==1.0", "protobuf==4.24.0", "protobuf==5.0.0",
-    "needsproto==1.0", "matplotlib==3.8.0", "pillow==10.0.0", "handmade==1.0",
+    "needsproto==1.0", "matplotlib==3.8.0", "pillow==10.0.0", "handmade==1.0", "corrupt==1.0",
 ]  # fmt: skip
 REQUIRES = {
     f"tensorflow=={SPEC.release.pin}": ["numpy>=1.22,<=1.24.3", "protobuf>=3.20.3,<5"],
@@ -55,11 +55,19 @@ def _all_pins() -> list[str]:
     )
 
 
+def publish(root: Path, *more: str) -> None:
+    """The index's pages and wheels (again, with `more`). corrupt: the page names one sha256,
+    the file served is another (a bad mirror)."""
+    localchannel.simple_index(root, [*_all_pins(), *EXTRA, *more], REQUIRES)
+    (wheel,) = (root / "packages").glob("corrupt-1.0-*.whl")
+    wheel.write_bytes(wheel.read_bytes() + b"\0")
+
+
 @pytest.fixture(scope="module")
 def user_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     """(URL of the index, its folder): simple_index(folder, ...) again publishes more."""
     root = tmp_path_factory.mktemp("user-index")
-    localchannel.simple_index(root, [*_all_pins(), *EXTRA], REQUIRES)
+    publish(root)
     server = localchannel.Server(root)
     yield f"{server.url}/simple", root
     server.stop()
@@ -232,7 +240,7 @@ def test_a_new_package_moves_nothing_else_and_upgrade_moves_it_forward(
     first = pins((env_dir / "requirements.lock").read_text())
     assert first["scipy"] == "1.11.0"
     # The index publishes a newer scipy: a package added now leaves scipy where it was.
-    localchannel.simple_index(user_index[1], [*_all_pins(), *EXTRA, "scipy==1.12.0"], REQUIRES)
+    publish(user_index[1], "scipy==1.12.0")
     code, text = cli("add", NAME, "matplotlib", "--out", str(out))
     assert code == 0, text
     after = pins((env_dir / "requirements.lock").read_text())
@@ -299,6 +307,16 @@ def test_add_and_drop_sync_the_built_venv_and_leave_a_users_own_package(out: Pat
     before = site(prefix)
     code, text = cli("add", NAME, "numpy>=2", "--out", str(out), "--no-verify")
     assert code == 1 and site(prefix) == before
+    # So does one whose install fails (the file served is not the one locked): the user's file,
+    # the lock, the prefix and provision's list of it are put back.
+    files = {
+        p: p.read_bytes() for p in (out / NAME / "packages.in", out / NAME / "requirements.lock")
+    }
+    theirs = owned.foreign(prefix)
+    code, text = cli("add", NAME, "corrupt", "--out", str(out), "--no-verify")
+    assert code == 1 and "uv pip install" in text, text
+    assert {p: p.read_bytes() for p in files} == files
+    assert site(prefix) == before and owned.foreign(prefix) == theirs
     # The drift check sees the prefix as the lock says (the hand-made package aside).
     code, text = cli("check", NAME)
     assert "matplotlib" not in text and "pandas" not in text, text

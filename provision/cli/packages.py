@@ -5,6 +5,7 @@ packages forward), `add` and `drop` (the user's packages, changed in a built env
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,6 +13,9 @@ from provision.cli.args import SafePath, nonblank
 from provision.cli.common import _find, find_option, presenter
 from provision.cli.strict import refuse_other_paths
 from provision.tools import SOLVERS
+
+if TYPE_CHECKING:
+    from provision.change import Changed
 
 
 @click.command("lock")
@@ -132,10 +136,7 @@ def drop_cmd(name: str, packages: tuple[str, ...], out: Path | None, no_verify: 
     _print(done)
 
 
-def _print(done: object) -> None:
-    from provision.change import Changed
-
-    assert isinstance(done, Changed)
+def _print(done: Changed) -> None:
     if done.moved:
         click.echo("moved in the lock:")
         for line in done.moved:

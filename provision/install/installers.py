@@ -117,7 +117,7 @@ def explain(what: str, done: _proc.Completed, where: Path) -> InstallError:
     )
 
 
-def _run_step(
+def run_step(
     what: str,
     argv: list[str],
     prefix: Path,
@@ -160,17 +160,17 @@ def build_pip(
 
         hashcheck.check(lock)
     if uv:
-        _run_step(
+        run_step(
             "creating the venv",
             [uv, "venv", "--quiet", "--no-config", "--allow-existing",
              "--python", str(base_python), str(prefix)],
             prefix, lock_fd=lock_fd, report=report,
         )  # fmt: skip
         argv = uv_install_argv(uv, venv_python, lock, links)
-        _run_step("uv pip install", argv, prefix, lock_fd=lock_fd, report=report)
+        run_step("uv pip install", argv, prefix, lock_fd=lock_fd, report=report)
         used = "uv"
     else:
-        _run_step(
+        run_step(
             "creating the venv",
             [str(base_python), "-m", "venv", str(prefix)],
             prefix,
@@ -178,7 +178,7 @@ def build_pip(
             report=report,
         )
         argv = pip_install_argv(venv_python, lock, links)
-        _run_step("pip install", argv, prefix, lock_fd=lock_fd, report=report)
+        run_step("pip install", argv, prefix, lock_fd=lock_fd, report=report)
         used = "pip"
     prefix_hooks.install_hooks(env, prefix)
     return used
@@ -198,7 +198,7 @@ def build_conda(
     ]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="provision-pip-guard-") as guard:
         run_env = {**_pip_guard(Path(guard)), **(offline.environ() if offline else {})}
-        _run_step("conda-lock install", argv, prefix, env=run_env, lock_fd=lock_fd,
+        run_step("conda-lock install", argv, prefix, env=run_env, lock_fd=lock_fd,
                   report=report)  # fmt: skip
     _check_pip_part(env.lock, prefix)
     prefix_hooks.install_hooks(env, prefix)

@@ -69,13 +69,17 @@ def walk(prefix: Path) -> Iterator[tuple[str, os.stat_result]]:
 
 def record(prefix: Path) -> None:
     """List what the build put into prefix (called when it completes, before its marker says so)."""
-    names = sorted(
-        path + ("/" if stat.S_ISDIR(st.st_mode) else "")
-        for path, st in walk(prefix)
-        if path not in OWN
-    )
+    write_list(
+        prefix,
+        {path + ("/" if stat.S_ISDIR(st.st_mode) else "") for path, st in walk(prefix)
+         if path not in OWN},
+    )  # fmt: skip
+
+
+def write_list(prefix: Path, names: set[str]) -> None:
+    """The list of what provision installed into prefix (folders end in /), replaced whole."""
     tmp = prefix / (FILES + ".tmp")
-    tmp.write_text(LIST_HEADER + "".join(n + "\n" for n in names), encoding="utf-8")
+    tmp.write_text(LIST_HEADER + "".join(n + "\n" for n in sorted(names)), encoding="utf-8")
     os.replace(tmp, prefix / FILES)
 
 

@@ -1,26 +1,38 @@
 """Bringing a built pip-path (or system-path) venv from one lock to the next, in place.
 
-Only the difference moves: uv installs the new lock with its hashes checked (what is already there
-at the locked version is left alone), then the packages the old lock had and the new one has not
-are uninstalled. A package a user installed by hand, in neither lock, is not touched. The list of
-what provision installed (owned) and the build marker follow the change, so `remove` and `check`
-see the prefix as it now is. Any failure puts the prefix back to the old lock, the same way.
+Only the difference moves: uv installs the pins that are new or changed, with their hashes
+checked, then the packages the old lock had and the new one has not are uninstalled. A package a
+user installed by hand, in neither lock, is not touched. The list of what provision installed
+(owned) and the build marker follow the change, so `remove` and `check` see the prefix as it now
+is. Any failure puts the prefix back to the old lock, the same way.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import _proc, tools
+from provision import tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError
 from provision.install import installers, owned
 from provision.install.place import read_marker, write_marker
-from provision.lock.requirements import parse_lock, pins
-from provision.progress import Event, Report, nothing
+from provision.lock.lockfile import sha256
+from provision.lock.requirements import Pin, parse_lock
+from provision.progress import Report, nothing
+
+
+@dataclass(frozen=True)
+class Before:
+    """The prefix as the old lock left it: what restore puts back."""
+
+    pins: tuple[Pin, ...]  # the old lock, parsed
+    listed: set[str] | None  # owned's list of what provision installed
+    marker: dict[str, object] | None  # the build marker (none for install.sh's venv)
 
 
 @dataclass(frozen=True)
@@ -28,6 +40,8 @@ class Synced:
     installed: dict[str, str]  # name -> version now in the prefix, that was not before
     removed: dict[str, str]  # name -> version that left
     seconds: float
+    before: Before
+    after: tuple[Pin, ...]  # the new lock, parsed
 
 
 def _files_of(prefix: Path, names: set[str]) -> set[str]:
@@ -61,12 +75,16 @@ def _files_of(prefix: Path, names: set[str]) -> set[str]:
     return out
 
 
-def difference(old_lock: str, new_lock: str) -> str:
-    """The pins of new_lock that old_lock does not hold at that version, with their hashes and
-    markers, as a requirements file: all that has to be installed."""
-    before = {p.name: p.version for p in parse_lock(old_lock)}
+def _versions(pins: Sequence[Pin]) -> dict[str, str]:
+    return {p.name: p.version for p in pins}
+
+
+def difference(old: Sequence[Pin], new: Sequence[Pin]) -> str:
+    """The pins of new that old does not hold at that version, with their hashes and markers, as
+    a requirements file: all that has to be installed."""
+    before = _versions(old)
     lines = []
-    for pin in parse_lock(new_lock):
+    for pin in new:
         if before.get(pin.name) == pin.version:
             continue
         marker = f" ; {pin.marker}" if pin.marker else ""
@@ -75,99 +93,74 @@ def difference(old_lock: str, new_lock: str) -> str:
     return "".join(lines)
 
 
-def _apply(prefix: Path, old_lock: str, new_lock: str, report: Report) -> None:
-    """Install what new_lock adds or changes (hashes checked), uninstall what it drops."""
+def _apply(prefix: Path, old: Sequence[Pin], new: Sequence[Pin], report: Report) -> None:
+    """Install what new adds or changes (hashes checked), uninstall what it drops: each an
+    installer run as a build makes them (installers.run_step: progress, the installer's words)."""
     uv = tools.uv()
-    python = str(interpreter(prefix))
-    gone = sorted({p.name for p in parse_lock(old_lock)} - {p.name for p in parse_lock(new_lock)})
-    wanted = difference(old_lock, new_lock)
-    everything = {**tools.child_env(extra_index=True)}
+    gone = sorted(set(_versions(old)) - set(_versions(new)))
+    wanted = difference(old, new)
     if wanted:
-        import tempfile
-
         with tempfile.TemporaryDirectory(prefix="provision-sync-") as tmp:
             part = Path(tmp) / "difference.lock"
             part.write_text(wanted, encoding="utf-8")
             argv = installers.uv_install_argv(uv, interpreter(prefix), part)
-            report(Event("info", f"uv pip install ({wanted.count('==')} changed, hashes checked)"))
-            done = _proc.run(argv, env=everything, timeout=installers.INSTALL_TIMEOUT, check=False)
-        if not done:
-            raise installers.explain("uv pip install", done, prefix)
+            what = f"uv pip install ({wanted.count('==')} changed, hashes checked)"
+            installers.run_step(what, argv, prefix, report=report)
     if gone:
-        report(Event("info", f"uv pip uninstall {' '.join(gone)}"))
-        done = _proc.run(
-            [uv, "pip", "uninstall", "--python", python, *gone],
-            env=everything, timeout=600, check=False,
-        )  # fmt: skip
-        if not done:
-            raise installers.explain("uv pip uninstall", done, prefix)
+        argv = [uv, "pip", "uninstall", "--python", str(interpreter(prefix)), *gone]
+        installers.run_step(f"uv pip uninstall {' '.join(gone)}", argv, prefix, report=report)
 
 
-def sync(env: EnvDir, prefix: Path, old_lock: str, digest: str, report: Report = nothing) -> Synced:
-    """Move the venv at `prefix` from `old_lock` (its text) to env's lock as it now is; `digest`:
-    the build marker's new inputs_sha256. On any failure the prefix is put back to old_lock."""
+def sync(
+    env: EnvDir, prefix: Path, old_lock: str, new_lock: str, digest: str,
+    report: Report = nothing,
+) -> Synced:  # fmt: skip
+    """Move the venv at `prefix` from old_lock to new_lock (their texts); `digest`: the build
+    marker's new inputs_sha256. On any failure the prefix is put back to old_lock; the result's
+    `before` puts it back later (restore), when what follows the sync fails."""
     start = time.monotonic()
-    new_text = env.lock.read_text(encoding="utf-8")
-    before_pins, after_pins = pins(old_lock), pins(new_text)
+    old, new = tuple(parse_lock(old_lock)), tuple(parse_lock(new_lock))
     marker = read_marker(prefix)
     # The system path's venv is made by install.sh, with no marker of provision's.
     if env.path != "system" and (marker is None or marker.get("state") != "complete"):
         raise InstallError(f"{prefix} is not a complete provision build; provision install it")
-    listed = owned.recorded(prefix)
-    changed = {n for n in before_pins.keys() | after_pins.keys()
-               if before_pins.get(n) != after_pins.get(n)}  # fmt: skip
+    state = Before(old, owned.recorded(prefix), marker)
+    was, now = _versions(old), _versions(new)
+    changed = {n for n in was.keys() | now.keys() if was.get(n) != now.get(n)}
     before = _files_of(prefix, changed)
     try:
-        _apply(prefix, old_lock, new_text, report)
+        _apply(prefix, old, new, report)
     except BaseException:
-        restore(prefix, old_lock, new_text, listed, marker, report)
+        restore(prefix, state, new, report)
         raise
     after = _files_of(prefix, changed)
-    if listed is not None:
+    if state.listed is not None:
         # What the old versions had and the new ones have not left; what the new ones brought
         # came (a folder another package still uses stays listed: removing a prefix only
         # deletes folders that became empty).
-        _write_list(prefix, (listed - (before - after)) | after)
+        owned.write_list(prefix, (state.listed - (before - after)) | after)
     if marker is not None:
-        write_marker(prefix, {**marker, "inputs_sha256": digest, "lock_sha256": _sha(new_text)})
+        write_marker(prefix, {**marker, "inputs_sha256": digest, "lock_sha256": sha256(new_lock)})
     return Synced(
-        {n: v for n, v in after_pins.items() if before_pins.get(n) != v},
-        {n: v for n, v in before_pins.items() if n not in after_pins},
+        {n: v for n, v in now.items() if was.get(n) != v},
+        {n: v for n, v in was.items() if n not in now},
         time.monotonic() - start,
+        state,
+        new,
     )
 
 
-def restore(
-    prefix: Path,
-    old_lock: str,
-    new_lock: str,
-    listed: set[str] | None,
-    marker: dict[str, object] | None,
-    report: Report = nothing,
-) -> None:
-    """Put the venv back to old_lock: its packages at their versions, those the new lock added
-    uninstalled, the list and the marker as they were. Raises InstallError when it cannot."""
-
+def restore(prefix: Path, before: Before, new: Sequence[Pin], report: Report = nothing) -> None:
+    """Put the venv back as `before` was: the old lock's packages at their versions, those the
+    new lock added uninstalled, the list and the marker. InstallError when it cannot."""
     try:
-        _apply(prefix, new_lock, old_lock, report)
+        _apply(prefix, new, before.pins, report)
     except ProvisionError as exc:
         raise InstallError(
             f"{prefix} could not be put back to its previous lock ({exc}); rebuild it with "
             "provision install NAME --force"
         ) from exc
-    if listed is not None:
-        _write_list(prefix, listed)
-    if marker is not None:
-        write_marker(prefix, marker)
-
-
-def _write_list(prefix: Path, names: set[str]) -> None:
-    tmp = prefix / (owned.FILES + ".tmp")
-    tmp.write_text(owned.LIST_HEADER + "".join(n + "\n" for n in sorted(names)), encoding="utf-8")
-    os.replace(tmp, prefix / owned.FILES)
-
-
-def _sha(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if before.listed is not None:
+        owned.write_list(prefix, before.listed)
+    if before.marker is not None:
+        write_marker(prefix, before.marker)

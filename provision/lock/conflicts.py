@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from provision.errors import LockError
-from provision.lock.frameworks import FRAMEWORKS
-from provision.lock.frameworks import ranges as and_cuda_ranges
 from provision.lock.lockinputs import Target
 
 Relax = Callable[[str, Sequence[str]], "str | None"]
@@ -74,7 +72,8 @@ def _releases_for(needed: str) -> list[tuple[str, str]]:
     return out
 
 
-def explain(target: Target, text: str, relax: Relax) -> ConflictError:
+def explain(target: Target, text: str, relax: Relax, others: Sequence[str] = ()) -> ConflictError:
+    """others: the frameworks beside TensorFlow among the user's packages (userlock.beside)."""
     spec = target.spec
     pin = spec.release.pin
     culprits = [p for p in target.packages if _mentions(text, p.name)] or list(target.packages)
@@ -92,7 +91,7 @@ def explain(target: Target, text: str, relax: Relax) -> ConflictError:
                 f"  what fits: {package.name} {version}, its newest that fits TensorFlow {pin} "
                 f"(provision add {target.name} '{package.name}=={version}')"
             )
-        elif package.name in FRAMEWORKS and and_cuda_ranges(spec):
+        elif package.name in others:
             lines.append(
                 f"  no {package.name} release built for TensorFlow {pin}'s CUDA line fits its "
                 f"and-cuda ranges on Python {spec.python}; which TensorFlow release pairs with "

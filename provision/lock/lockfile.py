@@ -77,9 +77,9 @@ def inputs(target: Target, platforms: Sequence[str], channels: Sequence[str]) ->
         reqs = lockinputs.requirements_in(target)
         data["requirements"] = sorted({normal_requirement(r) for r in reqs})
         data["python"] = target.spec.python
-        from provision.lock import frameworks, userlock
+        from provision.lock import userlock
 
-        floor = frameworks.glibc(target.spec) if userlock.beside(target) else None
+        floor = userlock.glibc_floor(target)
         data["target"] = [pylock.python_platform(target.spec, p, floor) for p in sorted(platforms)]
     if target.packages:  # absent without packages.in: the locks made before it read the same
         data["packages"] = sorted(p.line for p in target.packages)

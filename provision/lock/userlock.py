@@ -88,6 +88,11 @@ def beside(target: Target) -> list[str]:
     return frameworks.named([p.name for p in target.packages])
 
 
+def glibc_floor(target: Target) -> str | None:
+    """The glibc the lock targets when it is not the release's own: the frameworks' (beside)."""
+    return frameworks.glibc(target.spec) if beside(target) else None
+
+
 def _lock(
     target: Target,
     platform: str,
@@ -104,7 +109,7 @@ def _lock(
     previous = pylock.read_as_of(previous_text or "")
     requirements = lock_requirements(target)
     env = pylock.uv_env(cache_dir)
-    floor = frameworks.glibc(spec) if beside(target) else None
+    floor = glibc_floor(target)
     python_platform = pylock.python_platform(spec, platform, floor)
     when = pylock.as_of(requirements, spec.python, python_platform, workdir, env, previous)
     same_release = previous is not None and when is not None and previous.pin == when.pin
@@ -145,7 +150,9 @@ def _lock(
     )  # fmt: skip
     done = _proc.run(argv, cwd=workdir, env=env, timeout=900, check=False)
     if not done:
-        raise conflicts.explain(target, done.stderr or done.stdout, _relaxed(argv, workdir, env))
+        raise conflicts.explain(
+            target, done.stderr or done.stdout, _relaxed(argv, workdir, env), others
+        )
     notes = (when.header_line() + "\n" if when else "") + declared_line(declared)
     if others:
         notes += (
