@@ -192,19 +192,24 @@ class EnvDir:
         rels |= {p.name for p in (self.lock, self.user_file) if p.is_file()}
         return sorted(rels)
 
-    def locked_cudnn(self) -> str | None:
-        """The cuDNN (major.minor) of a pip lock whose NVIDIA libraries moved within the
-        release's and-cuda ranges for another framework (its CUDA_TAG line), else None."""
+    def locked_libraries(self) -> dict[str, str]:
+        """The CUDA runtime and cuDNN (major.minor, keys "cuda" and "cudnn") of a pip lock whose
+        NVIDIA libraries moved within the release's and-cuda ranges for another framework (its
+        CUDA_TAG line); empty for any other lock."""
         import re
 
         try:
             text = diskread.read_text(self.lock, RENDERED_LIMIT)
         except (OSError, diskread.Unreadable):
-            return None
+            return {}
         if CUDA_TAG not in text:
-            return None
-        m = re.search(r"^nvidia-cudnn-cu\d+==(\d+)\.(\d+)", text, re.M)
-        return f"{m.group(1)}.{m.group(2)}" if m else None
+            return {}
+        found = {}
+        for key, wheel in (("cuda", "cuda-runtime"), ("cudnn", "cudnn")):
+            m = re.search(rf"^nvidia-{wheel}-cu\d+==(\d+)\.(\d+)", text, re.M)
+            if m:
+                found[key] = f"{m.group(1)}.{m.group(2)}"
+        return found
 
     def packages(self) -> list[userpackages.Package]:
         """The user's packages, in the file's order (none without packages.in)."""

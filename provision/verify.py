@@ -236,16 +236,9 @@ def _findings(
 
     for check, what, key in (("cudart", "CUDA runtime", "cuda"), ("cudnn", "cuDNN", "cudnn")):
         version = _details(report, check).get("version")
-        want = expected.get("cudnn_locked") if key == "cudnn" else None
+        want = expected.get(f"{key}_locked")
         if version and want:  # moved for another framework: the lock's, exactly
-            same = judge.same_release(str(version), str(want))
-            add(
-                f"{check}_version",
-                PASS if same else FAIL,
-                f"{what} {version} is loaded"
-                + ("" if same else f"; the lock holds {want}")
-                + " (moved within the release's and-cuda range beside another framework)",
-            )
+            add(f"{check}_version", *judge.judge_locked_version(what, str(version), str(want)))
         elif version and expected.get(key):
             status, reason = judge.judge_library_version(what, str(version), str(expected[key]))
             add(f"{check}_version", status, reason)
@@ -431,9 +424,8 @@ def expected_of(env: EnvDir) -> dict[str, object]:
     from provision.matrix import spec
 
     expected = spec.expected(env.spec)
-    locked = env.locked_cudnn()
-    if locked:
-        expected["cudnn_locked"] = locked
+    for key, version in env.locked_libraries().items():
+        expected[f"{key}_locked"] = version
     return expected
 
 

@@ -5,11 +5,11 @@ import os
 import re
 import subprocess
 import sys
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Tuple
 
 from . import cudaerrors, cudalibs, probes
 from .context import Ctx
-from .judge import judge_library_version, same_release, same_version
+from .judge import judge_library_version, judge_locked_version, same_release, same_version
 from .report import Result, result
 from .runner import describe_exit, dies_with_parent
 from .status import FAIL, PASS, SKIP, WARN
@@ -147,9 +147,9 @@ def check_cuda_libraries(ctx: Ctx) -> Result:
     return result(SKIP, "no GPU on this host, and " + reason, **details)
 
 
-def _runtime_check(
-    ctx: Ctx, lib: str, what: str, want: Optional[str], decode: Callable[[int], str]
-) -> Result:
+def _runtime_check(ctx: Ctx, lib: str, what: str, key: str, decode: Callable[[int], str]) -> Result:
+    """`key`: the spec's "cuda" or "cudnn"; the lock's version ("cuda_locked") wins when the lock
+    moved the library beside another framework."""
     names, _ = _libraries(ctx)
     if lib not in names:
         return result(SKIP, f"this build names no {what} library")
@@ -177,7 +177,14 @@ def _runtime_check(
         return result(
             status, "cannot read the version of {}: {}".format(entry["path"], exc), **details
         )
-    status, reason = judge_library_version(what, details["version"], want)
+    locked = ctx.expected.get(key + "_locked")
+    if locked:
+        status, reason = judge_locked_version(what, details["version"], str(locked))
+    else:
+        want = ctx.expected.get(key)
+        status, reason = judge_library_version(
+            what, details["version"], str(want) if want else None
+        )
     reason += " ({})".format(entry["path"])
     folders = sorted({os.path.dirname(p) for p in copies})
     if len(folders) > 1:
@@ -238,9 +245,7 @@ def _raw_version(path: str, lib: str, loaded_by_tf: bool) -> int:
 
 
 def check_cudart(ctx: Ctx) -> Result:
-    return _runtime_check(
-        ctx, "cudart", "CUDA runtime", ctx.expected.get("cuda"), cudalibs.cudart_version
-    )
+    return _runtime_check(ctx, "cudart", "CUDA runtime", "cuda", cudalibs.cudart_version)
 
 
 def check_cudnn(ctx: Ctx) -> Result:
@@ -251,4 +256,4 @@ def check_cudnn(ctx: Ctx) -> Result:
             y = tf.nn.conv2d(tf.ones([1, 8, 8, 4]), tf.ones([3, 3, 4, 4]), 1, "SAME")
         if abs(float(y[0, 4, 4, 0].numpy()) - 36.0) > 1e-3:
             return result(FAIL, "a cuDNN convolution gave a wrong result")
-    return _runtime_check(ctx, "cudnn", "cuDNN", ctx.expected.get("cudnn"), cudalibs.cudnn_version)
+    return _runtime_check(ctx, "cudnn", "cuDNN", "cudnn", cudalibs.cudnn_version)

@@ -60,6 +60,15 @@ def judge_library_version(
     return PASS, f"{what} {found}, as the spec says"
 
 
+def judge_locked_version(what: str, found: str, locked: str) -> Tuple[CheckStatus, str]:
+    """A loaded runtime against the lock, where the lock moved it within the release's and-cuda
+    range beside another framework: exactly the locked release, or a failure."""
+    moved = " (moved within the release's and-cuda range beside another framework)"
+    if same_release(found, locked):
+        return PASS, f"{what} {found} is loaded, as the lock holds{moved}"
+    return FAIL, f"{what} {found} is loaded, but the lock holds {locked}{moved}"
+
+
 def judge_compute(
     cc: str, build_targets: Sequence[str], compute_min: Optional[str]
 ) -> Tuple[CheckStatus, str]:
