@@ -490,11 +490,17 @@ def simple_index(
 
 
 class Server:
-    """Serves a directory over HTTP on 127.0.0.1 from a daemon thread (stop() when done)."""
+    """Serves a directory over HTTP on 127.0.0.1 from a daemon thread (stop() when done).
+    `requests` lists the paths asked for; max_age: the Cache-Control max-age of every answer
+    (0: a client's cache must ask again each time, as of a page older than the index's max-age)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, max_age: int | None = None):
         handler = functools.partial(_QuietHandler, directory=str(root))
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.root = root
+        self.requests: list[str] = []
+        self.httpd.max_age = max_age  # type: ignore[attr-defined]
+        self.httpd.requests = self.requests  # type: ignore[attr-defined]
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
@@ -506,6 +512,15 @@ class Server:
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:
         pass
+
+    def send_head(self):  # type: ignore[no-untyped-def]
+        self.server.requests.append(self.path)  # type: ignore[attr-defined]
+        return super().send_head()
+
+    def end_headers(self) -> None:
+        if self.server.max_age is not None:  # type: ignore[attr-defined]
+            self.send_header("Cache-Control", f"max-age={self.server.max_age}")  # type: ignore[attr-defined]
+        super().end_headers()
 
 
 class SilentServer:

@@ -64,13 +64,19 @@ def publish(root: Path, *more: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def user_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """(URL of the index, its folder): simple_index(folder, ...) again publishes more."""
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[localchannel.Server]:
+    """The index (its `requests` say what was asked for)."""
     root = tmp_path_factory.mktemp("user-index")
     publish(root)
     server = localchannel.Server(root)
-    yield f"{server.url}/simple", root
+    yield server
     server.stop()
+
+
+@pytest.fixture
+def user_index(served: localchannel.Server) -> tuple[str, Path]:
+    """(URL of the index, its folder): simple_index(folder, ...) again publishes more."""
+    return f"{served.url}/simple", served.root
 
 
 @pytest.fixture
@@ -232,8 +238,24 @@ def run_cli_verbose(*args: str) -> tuple[int, str]:
 # -- the smallest change, as of when they were declared, upgrades -------------------------------
 
 
+@pytest.fixture
+def stale(served: localchannel.Server) -> Iterator[localchannel.Server]:
+    """Every page the index serves is stale at once (max-age=0): uv asks again each time it
+    reads one, as it does of a page older than a real index's max-age."""
+    served.httpd.max_age = 0  # type: ignore[attr-defined]
+    yield served
+    served.httpd.max_age = None  # type: ignore[attr-defined]
+
+
+def pages(server: localchannel.Server) -> set[str]:
+    """The index pages asked for since the last call."""
+    asked = {p.strip("/").split("/")[1] for p in server.requests if p.startswith("/simple/")}
+    server.requests.clear()
+    return asked
+
+
 def test_a_new_package_moves_nothing_else_and_upgrade_moves_it_forward(
-    out: Path, user_index: tuple[str, Path]
+    out: Path, user_index: tuple[str, Path], stale: localchannel.Server
 ) -> None:
     env_dir = render(out, "scikit-learn")
     assert lock(out)[0] == 0
@@ -241,8 +263,19 @@ def test_a_new_package_moves_nothing_else_and_upgrade_moves_it_forward(
     assert first["scipy"] == "1.11.0"
     # The index publishes a newer scipy: a package added now leaves scipy where it was.
     publish(user_index[1], "scipy==1.12.0")
+    pages(stale)
     code, text = cli("add", NAME, "matplotlib", "--out", str(out))
     assert code == 0, text
+    # Only what the change reads: the new package's pages and those of what it needs, not the
+    # other pins' (an online resolution asks for each page of the lock, every one stale).
+    # (tensorflow's page gives its upload time; this index publishes none, so each lock asks.)
+    asked = pages(stale)
+    assert {"matplotlib", "pillow"} <= asked
+    assert not asked & (set(first) - {"numpy", "tensorflow"}), asked
+    before = (env_dir / "requirements.lock").read_bytes()
+    again = lock(out)  # nothing changed: uv's cache alone, the same bytes
+    assert again[0] == 0 and pages(stale) <= {"tensorflow"}, again[1]
+    assert (env_dir / "requirements.lock").read_bytes() == before
     after = pins((env_dir / "requirements.lock").read_text())
     assert {k: v for k, v in after.items() if first.get(k) != v} == {
         "matplotlib": "3.8.0",
