@@ -284,10 +284,14 @@ def test_a_new_package_moves_nothing_else_and_upgrade_moves_it_forward(
     assert "+ matplotlib 3.8.0" in text and "+ pillow 10.0.0" in text
     assert "scipy" not in text
     assert f"{NAME} is not built here; provision install {NAME} builds it" in text
-    # An explicit upgrade moves it (and what it needs) forward.
+    # An explicit upgrade moves it (and what it needs) forward: scipy 1.12.0, whose metadata uv
+    # has not cached yet, so that an offline resolution would pass over it (uv's log says so).
     code, text = lock(out, "--upgrade-package", "scikit-learn")
     assert code == 0, text
     assert pins((env_dir / "requirements.lock").read_text())["scipy"] == "1.12.0"
+    asked = pages(stale)
+    assert {"scikit-learn", "scipy"} <= asked
+    assert not asked & (set(first) - {"scikit-learn", "scipy", "numpy", "tensorflow"}), asked
     code, text = lock(out, "--upgrade-package", "numpy")
     assert code == 2 and "not one of your packages" in text
 

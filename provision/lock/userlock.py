@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -156,10 +157,9 @@ def _lock(
     refresh = [arg for name in sorted(moving) for arg in ("--refresh-package", name)]
     folders = iter(range(1, 100))
 
-    def read_fresh(lines: Sequence[str], deps: bool) -> set[str] | None:
-        """Resolve `lines` alone, online, so that uv revalidates their index pages (with deps,
-        also those of all they need): the names read, or None when that fails. (Beside the
-        previous pins as constraints it reads far more: 2.1 s against 0.6 s for pandas.)"""
+    def read_fresh(lines: Sequence[str], deps: bool) -> dict[str, str] | None:
+        """Resolve `lines` alone, online, reading their index pages again (with deps, also those
+        of all they need, and their metadata): name -> the release chosen, None on a failure."""
         folder = workdir / f"fresh{next(folders)}"
         folder.mkdir()
         (folder / "requirements.in").write_text("".join(ln + "\n" for ln in lines), "utf-8")
@@ -168,9 +168,10 @@ def _lock(
         out = folder / "requirements.lock"
         args = [*extra, *refresh, *([] if deps else ["--no-deps"])]
         done = _proc.run(uv_argv(out, args), cwd=folder, env=env, timeout=900, check=False)
-        return set(pins(out.read_text(encoding="utf-8"))) if done else None
+        return pins(out.read_text(encoding="utf-8")) if done else None
 
-    if seed is not previous_text or not _from_cache(argv, fresh, read_fresh, workdir, env):
+    offline = uv_argv(output, [*extra, "--offline"], ("packages.in",))
+    if seed is not previous_text or not _from_cache(offline, fresh, moving, read_fresh, env):
         done = _proc.run(argv, cwd=workdir, env=env, timeout=900, check=False)
         if not done:
             raise conflicts.explain(
@@ -185,36 +186,59 @@ def _lock(
     return output.read_text(encoding="utf-8"), notes
 
 
+UNCACHED_RE = re.compile(r"`([^`\s]+==[^`\s]+)` needs to be downloaded from a registry")
+
+
 def _from_cache(
-    argv: list[str],
+    offline: list[str],
     fresh: Sequence[str],
-    read_fresh: Callable[[Sequence[str], bool], set[str] | None],
-    workdir: Path,
+    moving: Iterable[str],
+    read_fresh: Callable[[Sequence[str], bool], dict[str, str] | None],
     env: dict[str, str],
 ) -> bool:
-    """True when the lock came from uv's cache (--offline) and every pin it adds or moves was
-    decided on an index page read just now; False (the output file as it was) to resolve online.
+    """True when the lock came from uv's cache and is the one an online resolution gives; False
+    (the output file as it was) to resolve online. `offline`: the resolution with --offline and
+    without --upgrade-package (which would ask for the page again): what moves is left out of the
+    lock uv starts from instead.
 
     uv revalidates every index page older than the index's max-age, a request a package: a change
-    to a lock of 60 pins cost 60. A pin uv keeps from the previous lock needs no fresh page. So the
-    new (or upgraded) lines are resolved alone online first, which reads the pages of all they
-    need; a pin the cached resolution adds or moves beyond those has its page read, and the cached
-    resolution runs again, until it adds or moves nothing unread (three rounds at most)."""
-    output = Path(argv[argv.index("--output-file") + 1])
+    to a lock of 60 pins cost 60. A pin uv keeps from the previous lock needs no fresh page; one
+    the change adds, moves or upgrades does: so the cached resolution runs, the pages of what it
+    decided are read again (a request each, together), and it runs again until it decides nothing
+    on a page not read just now (four rounds at most). Offline, uv passes over a release whose
+    metadata it has not cached (its log says so): those are fetched and the round repeats. A
+    package never seen before: its line is resolved alone online first."""
+    output = Path(offline[offline.index("--output-file") + 1])
+    workdir = output.parent
     seed = output.read_text(encoding="utf-8")
     before = pins(seed)
-    known = read_fresh(fresh, True) if fresh else set()
-    for _ in range(3):
-        if known is None or not _proc.run([*argv, "--offline"], cwd=workdir, env=env,
-                                          timeout=900, check=False):  # fmt: skip
-            break
+    upgraded = set(moving)
+    start = "".join(f"{n}=={v}\n" for n, v in before.items() if n not in upgraded)
+    logged = [a for a in offline if a != "--quiet"] + ["--verbose"]
+    read: set[str] = set()
+    alone = not fresh  # the new lines resolved alone, online: once at most
+    for _ in range(4):
+        output.write_text(start if upgraded else seed, encoding="utf-8")
+        done = _proc.run(logged, cwd=workdir, env=env, timeout=900, check=False)
+        if not done:
+            if alone or read_fresh(fresh, True) is None:
+                break  # a conflict, or no index: the online resolution says which
+            alone = True
+            continue
+        uncached = sorted(set(UNCACHED_RE.findall(done.stderr or "")))
+        if uncached:
+            if read_fresh(uncached, True) is None:
+                break
+            continue
         after = pins(output.read_text(encoding="utf-8"))
-        unread = sorted(n for n, v in after.items() if before.get(n) != v and n not in known)
+        unread = sorted(
+            n for n, v in after.items() if (n in upgraded or before.get(n) != v) and n not in read
+        )
         if not unread:
             return True
-        output.write_text(seed, encoding="utf-8")
-        more = read_fresh(unread, False)
-        known = None if more is None else known | set(unread)
+        if read_fresh(unread, False) is None:
+            break
+        read.update(unread)
     output.write_text(seed, encoding="utf-8")
     return False
 
