@@ -410,8 +410,11 @@ def bundle_cmd(
         f"wrote {shown} ({result.size / 1e6:.1f} MB, {result.members} members, "
         f"{result.member_bytes / 1e6:.1f} MB of members) in {result.seconds:.1f} s"
     )
-    for part in result.files if len(result.files) > 1 else ():
+    parts = result.files if len(result.files) > 1 else []
+    for part in parts if len(parts) <= 4 else [parts[0], parts[1]]:
         click.echo(f"  {part}")
+    if len(parts) > 4:  # the rest are numbered alike: the first, the pattern and the last
+        click.echo(f"  ... ({len(parts) - 3} more)\n  {parts[-1]}")
     click.echo(f"on the target: provision install --from-bundle {result.files[0]}")
 
 
