@@ -220,15 +220,16 @@ def _from_cache(
     for _ in range(4):
         output.write_text(start if upgraded else seed, encoding="utf-8")
         done = _proc.run(logged, cwd=workdir, env=env, timeout=900, check=False)
-        if not done:
-            if alone or read_fresh(fresh, True) is None:
-                break  # a conflict, or no index: the online resolution says which
-            alone = True
-            continue
-        uncached = sorted(set(UNCACHED_RE.findall(done.stderr or "")))
-        if uncached:
-            if read_fresh(uncached, True) is None:
+        if not done or (uncached := sorted(set(UNCACHED_RE.findall(done.stderr or "")))):
+            # a cache miss (the new lines, once) or releases passed over: fetch them, and all
+            # they need, online; their pages are then read too
+            if not done and alone:
+                break  # a conflict: the online resolution says which
+            more = read_fresh(fresh if not done else uncached, True)
+            if more is None:
                 break
+            alone = alone or not done
+            read.update(more)
             continue
         after = pins(output.read_text(encoding="utf-8"))
         unread = sorted(
