@@ -31,6 +31,7 @@ from provision.cli.common import (
     packages_options,
     pre_option,
     presenter,
+    solver_option,
 )
 from provision.cli.strict import refuse_given, refuse_other_paths, repeated_option
 from provision.errors import ProvisionError
@@ -178,10 +179,7 @@ cli.add_command(lock_cmd)
     "--installer", type=click.Choice(("auto", "uv", "pip")), default="auto", show_default=True,
     help="pip path: what installs the lock into the venv (auto: uv, pip when uv is missing).",
 )  # fmt: skip
-@click.option(
-    "--solver", type=click.Choice(("auto", "conda", "mamba", "micromamba", "builtin")),
-    default="auto", show_default=True, help="conda path: what conda-lock solves with.",
-)  # fmt: skip
+@solver_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @bundle_install_options
 @click.argument("script_args", nargs=-1, metavar="[-- INSTALL.SH OPTIONS]")
@@ -255,10 +253,7 @@ def install_cmd(
 @jupyter_option
 @click.option("--prefix", type=SafePath(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Overwrite hand edits, re-lock, rebuild, re-verify.")
-@click.option(
-    "--solver", type=click.Choice(("auto", "conda", "mamba", "micromamba", "builtin")),
-    default="auto", show_default=True, help="conda path: what conda-lock solves with.",
-)  # fmt: skip
+@solver_option
 @click.option("--channel", "channels", multiple=True, callback=nonblank,
               help="conda path: lock against this channel.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 import click
 
 from provision.cli.args import SafePath, nonblank
+from provision.tools import SOLVERS
 
 if TYPE_CHECKING:
     from provision.environment import Found
@@ -106,6 +107,11 @@ def _progress(quiet: bool) -> Callable[[str], None]:
     silent = quiet or click.get_current_context().meta.get(VERBOSITY, 1) == 0  # the group's -q
     return (lambda line: None) if silent else (lambda line: click.echo(line, err=True))
 
+
+solver_option = click.option(
+    "--solver", type=click.Choice(SOLVERS), default="auto", show_default=True,
+    help="conda path: what conda-lock solves with (auto: the host's, else the built-in one).",
+)  # fmt: skip
 
 pre_option = click.option(
     "--pre", is_flag=True, help="Allow a release the matrix holds only as a pre-release."

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from provision.cli.args import SafePath, nonblank
-from provision.cli.common import _find, find_option, presenter
+from provision.cli.common import _find, find_option, presenter, solver_option
 from provision.cli.strict import refuse_other_paths
-from provision.tools import SOLVERS
 
 if TYPE_CHECKING:
     from provision.change import Changed
@@ -29,11 +28,7 @@ if TYPE_CHECKING:
     "--channel", "channels", multiple=True, metavar="URL", callback=nonblank,
     help="Replace the environment's channels (repeatable; recorded in the lock).",
 )  # fmt: skip
-@click.option(
-    "--solver", type=click.Choice(SOLVERS),
-    default="auto", show_default=True,
-    help="conda path: what conda-lock solves with (auto: the host's, else the built-in one).",
-)  # fmt: skip
+@solver_option
 @click.option("--check", is_flag=True, help="Lock nothing; exit 1 when the lock is stale.")
 @click.option(
     "--upgrade",

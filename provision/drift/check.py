@@ -171,10 +171,10 @@ def _lock_pins(rec: registry.Record) -> dict[str, str]:
         return {}
     try:
         if rec.path == "conda":
-            from provision.lock.condalock import conda_packages
+            from provision.lock import condafile
             from provision.lock.requirements import norm
 
-            pkgs = conda_packages(text)
+            pkgs = condafile.parse(text, lock.name).versions()
             return {norm(k): v for k, v in (pkgs.get("linux-64") or {}).items()}
         from provision.lock.requirements import pins
 

@@ -248,14 +248,10 @@ def host_subdir() -> str:
 def _check_pip_part(lock_file: Path, prefix: Path) -> None:
     """conda-lock runs `pip` through the solver's `run`: should the prefix lack a working pip, the
     first pip on PATH would install elsewhere and the step would still succeed. Check the result."""
-    import yaml
+    from provision.lock import condafile
 
-    data = yaml.safe_load(lock_file.read_text(encoding="utf-8")) or {}
-    wanted = {
-        str(p["name"]): str(p["version"])
-        for p in data.get("package") or []
-        if p.get("manager") == "pip" and p.get("platform") == host_subdir()
-    }
+    lock = condafile.read(lock_file, InstallError)
+    wanted = {p.name: p.version for p in lock.on(host_subdir()) if p.pip}
     if not wanted:
         return
     done = _proc.run(

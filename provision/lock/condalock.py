@@ -18,6 +18,7 @@ from pathlib import Path
 
 from provision import _children, _proc, tools
 from provision.errors import LockError, UsageError
+from provision.lock import condafile
 from provision.lock.condapip import add_pip_part
 from provision.lock.lockinputs import Target, dump_yaml, env_channels, load_yaml
 from provision.matrix import spec
@@ -170,17 +171,6 @@ def _strip_help(text: str) -> str:
 # -- the lock against the matrix row -----------------------------------------------------------
 
 
-def conda_packages(body: str) -> dict[str, dict[str, str]]:
-    """platform -> {name: version} of the lock's packages (pip ones included, by pip name)."""
-    data = load_yaml(body) or {}
-    if not isinstance(data, dict):
-        raise LockError("the lock conda-lock wrote is not a mapping (no list of packages)")
-    out: dict[str, dict[str, str]] = {}
-    for pkg in data.get("package") or []:
-        out.setdefault(str(pkg["platform"]), {})[str(pkg["name"]).lower()] = str(pkg["version"])
-    return out
-
-
 def _matches(version: str | None, wanted: str) -> bool:
     """conda's `name=X.Y` means X.Y or X.Y.*."""
     return version is not None and (version == wanted or version.startswith(wanted + "."))
@@ -189,7 +179,8 @@ def _matches(version: str | None, wanted: str) -> bool:
 def conda_problems(s: spec.EnvSpec, body: str) -> list[str]:
     """Where the lock disagrees with the row: cudatoolkit / cuda-version, split packages, cuDNN."""
     problems = []
-    for platform, pkgs in sorted(conda_packages(body).items()):
+    locked = condafile.parse(body, "the lock conda-lock wrote").versions()
+    for platform, pkgs in sorted(locked.items()):
         want: list[tuple[str, str]] = []
         if s.cuda.major == 11:
             want.append(("cudatoolkit", s.cuda.conda["cudatoolkit"]))

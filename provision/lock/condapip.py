@@ -19,8 +19,8 @@ from pathlib import Path
 
 from provision import _proc, tools
 from provision.errors import LockError
-from provision.lock import pylock
-from provision.lock.lockinputs import Target, dump_yaml, load_yaml
+from provision.lock import condafile, pylock
+from provision.lock.lockinputs import Target, load_yaml
 from provision.lock.pylock import AsOf
 from provision.lock.requirements import norm, parse_lock, pep440
 
@@ -31,43 +31,30 @@ def add_pip_part(
 ) -> AsOf | None:  # fmt: skip
     """Resolve the pip section with uv for each platform's locked Python and glibc, and add the
     chosen files (URL + sha256) to the lock as conda-lock's own `manager: pip` entries."""
-    lock_data = load_yaml(lockfile)
+    lock = condafile.read(lockfile)
     virtual = load_yaml(target.root / "virtual-packages.yml")
     subdirs = virtual.get("subdirs") if isinstance(virtual, dict) else None
     when = pylock.previous_as_of(target)
-    entries = lock_data.get("package") if isinstance(lock_data, dict) else None
-    if not isinstance(entries, list):
-        raise LockError(f"{lockfile} is not a conda-lock file (no list of packages)")
+    added: list[condafile.Package] = []
     for platform in platforms:
-        conda_pkgs = [p for p in entries if p["platform"] == platform]
-        python = next((p for p in conda_pkgs if p["name"] == "python"), None)
+        conda_pkgs = lock.on(platform)
+        python = next((p for p in conda_pkgs if p.name == "python"), None)
         if python is None:
             raise LockError(f"{target.name}: pip dependencies need python among the conda ones")
         # Python distributions conda already installs (they depend on python) stay conda's.
-        provided = {
-            norm(p["name"]): str(p["version"])
-            for p in conda_pkgs
-            if "python" in (p.get("dependencies") or {})
-        }
+        provided = {norm(p.name): p.version for p in conda_pkgs if "python" in p.dependencies}
         packages = (subdirs or {}).get(platform, {}).get("packages") or {}
         glibc = str(packages.get("__glibc") or target.spec.release.glibc_min).split()[0]
         files, when = resolve_files(
-            requirements, str(python["version"]), platform, glibc, provided, tmp / platform,
+            requirements, python.version, platform, glibc, provided, tmp / platform,
             cache_dir, when,
         )  # fmt: skip
-        for f in files:
-            if f.name in provided:
-                continue
-            entries.append({
-                "name": f.name, "version": f.version, "manager": "pip", "platform": platform,
-                "dependencies": {d: "" for d in f.requires}, "url": f.url,
-                "hash": {"sha256": f.sha256},
-                "category": "main", "optional": False,
-            })  # fmt: skip
-    # conda-lock's own order and serialiser (PyYAML, insertion order), so the conda part is
-    # byte for byte what conda-lock wrote.
-    entries.sort(key=lambda p: (p["manager"], p["name"], p["platform"]))
-    lockfile.write_text(dump_yaml(lock_data), encoding="utf-8")
+        added += [
+            condafile.pip_package(f.name, f.version, platform, f.url, f.sha256, f.requires)
+            for f in files
+            if f.name not in provided
+        ]
+    lockfile.write_text(lock.with_pip(added), encoding="utf-8")
     return when
 
 

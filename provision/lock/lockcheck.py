@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 
 from provision import diskread
 from provision.errors import LockInvalid, StaleError
-from provision.lock import lockinputs
+from provision.lock import condafile, lockinputs
+from provision.lock.condafile import Package
 from provision.lock.lockfile import (
     END_TAG,
     FORMAT,
@@ -23,7 +24,7 @@ from provision.lock.lockfile import (
     sha256,
     what_changed,
 )
-from provision.lock.lockinputs import Environment, Target, load_yaml, one_line
+from provision.lock.lockinputs import Environment, Target, one_line
 from provision.lock.requirements import (
     Pin,
     applies,
@@ -35,7 +36,7 @@ from provision.lock.requirements import (
     satisfies,
 )
 
-LOCK_LIMIT = 512 << 20  # a conda lock of every platform is a few MB
+LOCK_LIMIT = condafile.LIMIT
 
 
 def verify(target: Target, data: LockInputs, rel: str, regen: str) -> int:
@@ -106,37 +107,21 @@ def _check_header(
         )
 
 
-def _parse_body(
-    target: Target, body: str, first_line: int
-) -> list[Pin] | list[Mapping[str, object]]:
-    """The body's packages: requirements Pins (pip/system) or conda-lock's package mappings;
-    ValueError if not."""
+def _parse_body(target: Target, body: str, first_line: int) -> list[Pin] | list[Package]:
+    """The body's packages: requirements Pins (pip/system) or conda-lock's packages; ValueError
+    if not."""
     if target.spec.path != "conda":
         try:
             return parse_lock(body, first_line)
         except ValueError as exc:
             raise ValueError(f"the lock's body is not a requirements lock ({exc})") from exc
-    import yaml
-
-    try:
-        data = load_yaml(body)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + first_line}" if mark is not None else ""
-        what = getattr(exc, "problem", None) or one_line(exc)
-        raise ValueError(f"the lock's body is not valid YAML ({what}{where})") from exc
-    packages = data.get("package") if isinstance(data, dict) else None
-    if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
-        raise ValueError("the lock's body is not a conda-lock file (no list of packages)")
-    return packages
+    return list(condafile.parse(body, "the lock's body", ValueError, first_line).packages)
 
 
 # -- complete and closed -----------------------------------------------------------------------
 
 
-def _closure(
-    target: Target, parsed: list[Pin] | list[Mapping[str, object]], platform: str
-) -> list[str]:
+def _closure(target: Target, parsed: list[Pin] | list[Package], platform: str) -> list[str]:
     # The list is of one kind, the one _parse_body read for this path: each filter keeps it all.
     if target.spec.path != "conda":
         env = marker_environment(target.spec.python, platform)
@@ -151,30 +136,26 @@ def _closure(
         requirements = [*base, *lockinputs.user_requirements(target)]
         source = "requirements.in" + (" and packages.in" if target.packages else "")
         return closure_problems(requirements, pins, source, env)
-    packages = [p for p in parsed if isinstance(p, Mapping)]
+    packages = [p for p in parsed if isinstance(p, Package)]
     return conda_closure_problems(lockinputs.read_environment(target, user=True), packages)
 
 
-def conda_closure_problems(env: Environment, packages: Sequence[Mapping[str, object]]) -> list[str]:
+def conda_closure_problems(env: Environment, packages: Sequence[Package]) -> list[str]:
     """Per platform: every match spec of environment.yml is met by a conda package and every pip
     requirement by a pip package (or a Python package conda provides); every dependency a package
     names is in the lock (virtual packages aside); every package is reachable from the inputs
     through the packages' `dependencies`; every package has a hash."""
     out: list[str] = []
-    for platform in sorted({str(p.get("platform")) for p in packages}):
-        pkgs = [p for p in packages if str(p.get("platform")) == platform]
+    for platform in sorted({p.platform for p in packages}):
+        pkgs = [p for p in packages if p.platform == platform]
         out += [f"{platform}: {problem}" for problem in _platform_closure(env, pkgs, platform)]
     return out
 
 
-def _platform_closure(
-    env: Environment, pkgs: Sequence[Mapping[str, object]], platform: str
-) -> list[str]:
-    table: dict[tuple[str, str], Mapping[str, object]] = {
-        (str(p.get("manager")), norm(str(p.get("name"))) if p.get("manager") == "pip"
-         else str(p.get("name"))): p
-        for p in pkgs
-    }  # fmt: skip
+def _platform_closure(env: Environment, pkgs: Sequence[Package], platform: str) -> list[str]:
+    table: dict[tuple[str, str], Package] = {
+        (p.manager, norm(p.name) if p.pip else p.name): p for p in pkgs
+    }
     provided = {norm(n): n for m, n in table if m == "conda"}
     out: list[str] = []
 
@@ -188,9 +169,6 @@ def _platform_closure(
             return ("pip", key)
         return ("conda", provided[key]) if key in provided else None
 
-    def shown(node: tuple[str, str]) -> str:
-        return f"{table[node].get('name')} {table[node].get('version')}"
-
     conda = {n: pkg for (m, n), pkg in table.items() if m == "conda"}
     roots = []
     for text in env.conda:
@@ -198,39 +176,37 @@ def _platform_closure(
         roots += [("conda", name)] if name else []
         out += [problem] if problem else []
     python = table.get(("conda", "python"))
-    markers = marker_environment(str(python.get("version")) if python else "3", platform)
+    markers = marker_environment(python.version if python else "3", platform)
     for req in (r for r in env.pip if applies(r, markers)):
         node = find(req.name, pip_name=True)
         if node is None:
             out.append(f"{req} (pip) has no package")
             continue
         roots.append(node)
-        if not satisfies(req, str(table[node].get("version"))):
-            out.append(f"{req} (pip) is not satisfied by {shown(node)}")
+        if not satisfies(req, table[node].version):
+            out.append(f"{req} (pip) is not satisfied by {table[node].shown}")
     edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for node, pkg in table.items():
-        hashes = pkg.get("hash")
-        if not (isinstance(hashes, dict) and any(hashes.values())):
-            out.append(f"{shown(node)} has no hash")
-        deps = pkg.get("dependencies")
-        for dep in (str(d) for d in (deps if isinstance(deps, dict) else {})):
+        if not (pkg.hash.md5 or pkg.hash.sha256):
+            out.append(f"{pkg.shown} has no hash")
+        for dep in pkg.dependencies:
             if dep.startswith("__"):
                 continue  # virtual packages: the host's, never in a lock
             found = find(dep, pip_name=node[0] == "pip")
             if found is None:
-                out.append(f"{shown(node)} depends on {dep}, which the lock does not hold")
+                out.append(f"{pkg.shown} depends on {dep}, which the lock does not hold")
             else:
                 edges.setdefault(node, []).append(found)
     reached = reach(roots, edges)
     out += [
-        f"{shown(node)} ({node[0]}) is in the lock but nothing in environment.yml requires it"
+        f"{table[node].shown} ({node[0]}) is in the lock but nothing in environment.yml requires it"
         for node in sorted(table)
         if node not in reached
     ]
     return out
 
 
-def _conda_requirement(text: str, conda: Mapping[str, Mapping[str, object]]) -> tuple[str, str]:
+def _conda_requirement(text: str, conda: Mapping[str, Package]) -> tuple[str, str]:
     """(the locked package a match spec names, what is wrong: '' when the lock meets it)."""
     from rattler import MatchSpec, Version, VersionSpec
 
@@ -244,9 +220,9 @@ def _conda_requirement(text: str, conda: Mapping[str, Mapping[str, object]]) -> 
         return "", f"{text} has no conda package"
     if ms.version is not None:
         try:
-            ok = VersionSpec(str(ms.version)).matches(Version(str(pkg.get("version"))))
+            ok = VersionSpec(str(ms.version)).matches(Version(pkg.version))
         except Exception:
             ok = False
         if not ok:
-            return name, f"{text} is not satisfied by {name} {pkg.get('version')}"
+            return name, f"{text} is not satisfied by {pkg.shown}"
     return name, ""

@@ -113,19 +113,10 @@ def bootstrap_item() -> fetch.Item:
 
 def _conda_glibc(env: EnvDir, subdir: str) -> list[tuple[int, int]]:
     """The __glibc floors the conda packages of the lock declare."""
-    import re
+    from provision.lock import condafile
 
-    from provision.lock.lockinputs import load_yaml
-
-    found = []
-    data = load_yaml(env.lock)
-    for pkg in (data.get("package") if isinstance(data, dict) else None) or []:
-        if pkg.get("platform") != subdir:
-            continue
-        m = re.match(r">=\s*(\d+)\.(\d+)", str((pkg.get("dependencies") or {}).get("__glibc", "")))
-        if m:
-            found.append((int(m.group(1)), int(m.group(2))))
-    return found
+    lock = condafile.read(env.lock, BundleError)
+    return [floor for p in lock.on(subdir) if (floor := p.glibc_floor) is not None]
 
 
 def requires_of(env: EnvDir, target: fetch.Target, items: Sequence[fetch.Item]) -> Requires:

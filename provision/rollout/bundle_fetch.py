@@ -281,24 +281,20 @@ def lock_wheels(lock: Path, target: Target, cache: Cache, progress: Progress) ->
 
 def conda_packages(lock: Path, subdir: str, cache: Cache, progress: Progress) -> list[Item]:
     """The conda packages (and pip wheels) conda-lock.yml names for `subdir`, by their URLs."""
-    from provision.lock.lockinputs import load_yaml
+    from provision.lock import condafile
 
-    data = load_yaml(lock)
-    packages = data.get("package") if isinstance(data, dict) else None
-    entries = [p for p in packages or [] if p.get("platform") == subdir]
+    entries = condafile.read(lock, BundleError).on(subdir)
     if not entries:
         raise BundleError(f"{lock} has no package for {subdir}; lock it with --platform {subdir}")
     progress(f"collecting {len(entries)} packages of {lock.name} for {subdir}")
     out = []
-    for entry in sorted(entries, key=lambda p: str(p.get("url"))):
-        url, digest = str(entry.get("url") or ""), entry.get("hash") or {}
-        sha, md5 = digest.get("sha256"), digest.get("md5")
-        if not url or not (sha or md5):
-            raise BundleError(f"{lock}: {entry.get('name')} has no url or hash; re-lock it")
-        pip = entry.get("manager") == "pip"
-        folder = cache.folder("wheels" if pip else f"conda/{subdir}")
-        item = fetch_url(url, folder, sha, md5, f"{entry.get('name')} {entry.get('version')}")
-        group = "wheels" if pip else "conda"
+    for entry in sorted(entries, key=lambda p: p.url):
+        sha, md5 = entry.hash.sha256, entry.hash.md5
+        if not entry.url or not (sha or md5):
+            raise BundleError(f"{lock}: {entry.name} has no url or hash; re-lock it")
+        folder = cache.folder("wheels" if entry.pip else f"conda/{subdir}")
+        item = fetch_url(entry.url, folder, sha, md5, entry.shown)
+        group = "wheels" if entry.pip else "conda"
         out.append(Item(f"{group}/{item.path.name}", group, item.path, item.sha256))
     names = [i.name for i in out]
     if len(set(names)) != len(names):

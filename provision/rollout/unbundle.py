@@ -27,7 +27,6 @@ import shutil
 import signal
 import tarfile
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -382,24 +381,20 @@ def _offline(env: EnvDir, manifest: Manifest, staging: Path, solver: str) -> ins
     if env.path != "conda":
         return installers.Offline(wheels)
     from provision import tools
-    from provision.lock.lockinputs import dump_yaml, load_yaml
+    from provision.lock import condafile
 
     builtin = Path(tools.solver(solver)).name == "provision-conda"
-    data = load_yaml(env.lock)
-    if not isinstance(data, dict):
-        raise BundleError(f"{env.lock.name} in the bundle is not a conda-lock file")
+    lock = condafile.read(env.lock, BundleError)
     names = {m.name for m in manifest.members}
-    for pkg in data.get("package") or []:
-        if pkg.get("platform") != manifest.platform:
-            continue
-        file_name = urllib.parse.unquote(str(pkg["url"]).rsplit("/", 1)[-1])
-        rel = f"{'wheels' if pkg.get('manager') == 'pip' else 'conda'}/{file_name}"
+    staged: dict[tuple[str, str, str], str] = {}
+    for pkg in lock.on(manifest.platform):
+        rel = f"{'wheels' if pkg.pip else 'conda'}/{pkg.file_name}"
         if rel not in names:
             raise BundleError(f"the bundle lacks {rel}, which {env.lock.name} names")
-        if pkg.get("manager") == "pip" or not builtin:
-            pkg["url"] = (staging / rel).as_uri()
+        if pkg.pip or not builtin:
+            staged[pkg.key] = (staging / rel).as_uri()
     path = staging / "conda-lock.offline.yml"
-    path.write_text(dump_yaml(data), encoding="utf-8")
+    path.write_text(lock.with_urls(staged), encoding="utf-8")
     return installers.Offline(wheels, path, staging / "conda" if builtin else None)
 
 
