@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any, TypedDict
 
 
-class Gpu(TypedDict):
+class ProbedGpu(TypedDict):
     """One GPU as NVML describes it; a field NVML will not give (old GPUs) is None or empty."""
 
     index: int
@@ -38,7 +38,7 @@ class Nvml(TypedDict, total=False):
     error: str
     driver: str
     cuda: int
-    gpus: list[Gpu]
+    gpus: list[ProbedGpu]
 
 
 class Version(TypedDict, total=False):
@@ -76,7 +76,7 @@ def nvml(pynvml_dir: str, preload: str) -> Nvml:
             "code": code,
             "error": _text(str(exc)),
         }
-    gpus: list[Gpu] = []
+    gpus: list[ProbedGpu] = []
     out: Nvml = {"ok": True, "gpus": gpus}
     try:
         out["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
@@ -90,7 +90,7 @@ def nvml(pynvml_dir: str, preload: str) -> Nvml:
     return out
 
 
-def _gpu(pynvml: ModuleType, index: int) -> Gpu:
+def _gpu(pynvml: ModuleType, index: int) -> ProbedGpu:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
 
     def ask(fn: str, *args: object) -> Any:  # pynvml has no types

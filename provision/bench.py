@@ -29,7 +29,7 @@ class BenchError(ProvisionError):
 
 
 @dataclass(frozen=True)
-class Target:
+class BenchTarget:
     """One environment to benchmark: how it is named in the results, and its interpreter."""
 
     label: str
@@ -189,7 +189,7 @@ class _Events:
 
 
 def run(
-    targets: Sequence[Target],
+    targets: Sequence[BenchTarget],
     *,
     options: Mapping[str, object],
     plot: Path | None,
@@ -230,7 +230,7 @@ def run(
 
 
 def _one(
-    target: Target, options: Mapping[str, object], timeout: float, events: _Events
+    target: BenchTarget, options: Mapping[str, object], timeout: float, events: _Events
 ) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
         report_file = Path(tmp) / "report.json"

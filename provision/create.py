@@ -23,7 +23,7 @@ from provision import environment, registry, tools
 from provision import install as install_mod
 from provision.errors import InstallError, ProvisionError, UsageError
 from provision.progress import Event, Report, nothing
-from provision.steps import Outcome, StepName, StepResult
+from provision.steps import StepName, StepOutcome, StepResult
 
 STEPS: tuple[StepName, ...] = ("render", "lock", "install", "verify")
 VERIFY_MARKER = ".provision-verify.json"
@@ -36,7 +36,7 @@ class Step:
 
     name: StepName
     index: int  # 1-based, of len(STEPS)
-    outcome: Outcome | None = None
+    outcome: StepOutcome | None = None
     seconds: float = 0.0
     detail: str = ""
 
@@ -86,7 +86,7 @@ class CreateResult:
         }
 
 
-Progress = Callable[[Step], None]
+StepProgress = Callable[[Step], None]
 
 
 def default_python(tf: str, path: str) -> str | None:
@@ -121,7 +121,7 @@ def create(
     force: bool,
     solver: str,
     channels: Sequence[str] = (),
-    progress: Progress | None = None,
+    progress: StepProgress | None = None,
     jupyter: bool = False,
     report: Report = nothing,
     pre: bool = False,
@@ -179,7 +179,7 @@ def _remove_made(made: list[Path]) -> None:
 
 def _steps(
     result: CreateResult, named: str, actions: list[Callable[[], StepResult]],
-    progress: Progress | None,
+    progress: StepProgress | None,
 ) -> None:  # fmt: skip
     """Run the steps in order through the step protocol; the first that does not end ok stops."""
     for index, (step_name, action) in enumerate(zip(STEPS, actions, strict=True), start=1):

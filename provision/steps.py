@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 StepName = Literal["render", "lock", "install", "verify", "bench"]
-Outcome = Literal["done", "skipped", "stale", "failed"]
+StepOutcome = Literal["done", "skipped", "stale", "failed"]
 
 
 @dataclass
 class StepResult:
     step: StepName
-    outcome: Outcome = "done"
+    outcome: StepOutcome = "done"
     lines: list[str] = field(default_factory=list)
     hint: str = ""
 

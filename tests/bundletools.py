@@ -44,8 +44,8 @@ needs_unshare = pytest.mark.skipif(
 def provision_wheelhouse(dest: Path) -> Path:
     """provision's wheel and its dependencies' for this host's Python, as a bundle gathers them
     (selfwheel + pip download), into dest; the downloads stay in the test cache."""
-    cache = bundle_fetch.Cache(cache_root())
-    target = bundle_fetch.Target(PYTHON, PYTHON, "x86_64", host_glibc(), "linux-64")
+    cache = bundle_fetch.BundleCache(cache_root())
+    target = bundle_fetch.BundleMachine(PYTHON, PYTHON, "x86_64", host_glibc(), "linux-64")
     env = {k: os.environ.pop(k) for k in ("PIP_INDEX_URL", "PIP_CONFIG_FILE") if k in os.environ}
     try:
         items = bundle_self.provision_wheels(target, cache, None, lambda line: None)

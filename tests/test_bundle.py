@@ -24,7 +24,7 @@ from tinyindex import Env, Index, run_cli
 
 from provision import install
 from provision.rollout import bundle_format
-from provision.rollout.bundle_format import MTIME, ROOT, Manifest
+from provision.rollout.bundle_format import MTIME, ROOT, BundleManifest
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +67,7 @@ def test_bundle_is_deterministic_manifest_first_and_checked(
 
     with tarfile.open(first) as tar:
         infos = tar.getmembers()
-        manifest = Manifest.loads(tar.extractfile(infos[0]).read(), "test")  # type: ignore[union-attr]
+        manifest = BundleManifest.loads(tar.extractfile(infos[0]).read(), "test")  # type: ignore[union-attr]
         names = [i.name for i in infos]
         assert names[0] == f"{ROOT}/manifest.json" and names[1] == f"{ROOT}/bootstrap.py"
         assert names[1:] == [f"{ROOT}/{m.name}" for m in manifest.members]

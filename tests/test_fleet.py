@@ -320,7 +320,7 @@ def bundle_of(fleet: Fleet, name: str, dest: Path, *extra: str) -> Path:
     wheels = fleet.work / "provision-wheels"
     if not wheels.is_dir():
         provision_wheelhouse(wheels)
-    cache = bundle_fetch.Cache(fleet.work / "bundle-cache")
+    cache = bundle_fetch.BundleCache(fleet.work / "bundle-cache")
     for wheel in fleet.index.root.glob(f"{TINY.replace('-', '_')}-*.whl"):
         copy = fleet.work / wheel.name
         shutil.copyfile(wheel, copy)

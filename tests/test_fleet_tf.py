@@ -41,8 +41,8 @@ pytestmark = [pytest.mark.skipif(REASON is not None, reason=REASON or ""), pytes
 def serve_locked_wheels(env: environment.EnvDir, into: Path) -> fleethosts.Index:
     """`into` holds (links to) every wheel of the lock and of provision's dependencies; the index
     that serves it knows the locked wheels' sha256 from the cache, so it never hashes 2.2 GB."""
-    target = bundle_fetch.Target(env.python, env.python, "x86_64", host_glibc(), "linux-64")
-    cache = bundle_fetch.Cache(cache_root().with_name("bundle-cache-tf"))
+    target = bundle_fetch.BundleMachine(env.python, env.python, "x86_64", host_glibc(), "linux-64")
+    cache = bundle_fetch.BundleCache(cache_root().with_name("bundle-cache-tf"))
     items = bundle_fetch.lock_wheels(env.lock, target, cache, lambda line: None)
     deps = fleethosts.provision_wheels(cache_root().parent, env.python)
     into.mkdir()

@@ -22,7 +22,7 @@ import pytest
 
 from provision import payload_app
 from provision.payload import cudalibs, elf, targets
-from provision.payload.targets import Target
+from provision.payload.targets import CodeTarget
 
 PAYLOAD = Path(payload_app.__file__).with_name("payload")
 PYTHONS = ("3.8", "3.13")  # the oldest an environment may run (TF 2.13), and a new one
@@ -34,18 +34,18 @@ PYTHONS = ("3.8", "3.13")  # the oldest an environment may run (TF 2.13), and a 
 @pytest.mark.parametrize(
     ("name", "target"),
     [
-        ("sm_80", Target("sm", 8, 0)),
-        ("sm_89", Target("sm", 8, 9)),
-        ("sm_90a", Target("sm", 9, 0, "a")),  # Hopper's arch-specific features (wgmma)
-        ("sm_100", Target("sm", 10, 0)),  # Blackwell: 10.0, not 1.0
-        ("sm_100a", Target("sm", 10, 0, "a")),
-        ("sm_120", Target("sm", 12, 0)),
-        ("sm_120f", Target("sm", 12, 0, "f")),
-        ("compute_90", Target("compute", 9, 0)),  # PTX for 9.0
-        (" compute_35 ", Target("compute", 3, 5)),
+        ("sm_80", CodeTarget("sm", 8, 0)),
+        ("sm_89", CodeTarget("sm", 8, 9)),
+        ("sm_90a", CodeTarget("sm", 9, 0, "a")),  # Hopper's arch-specific features (wgmma)
+        ("sm_100", CodeTarget("sm", 10, 0)),  # Blackwell: 10.0, not 1.0
+        ("sm_100a", CodeTarget("sm", 10, 0, "a")),
+        ("sm_120", CodeTarget("sm", 12, 0)),
+        ("sm_120f", CodeTarget("sm", 12, 0, "f")),
+        ("compute_90", CodeTarget("compute", 9, 0)),  # PTX for 9.0
+        (" compute_35 ", CodeTarget("compute", 3, 5)),
     ],
 )
-def test_build_targets_are_read_as_compute_capabilities(name: str, target: Target) -> None:
+def test_build_targets_are_read_as_compute_capabilities(name: str, target: CodeTarget) -> None:
     assert targets.parse(name) == target
     assert target.name == name.strip()
 

@@ -17,7 +17,7 @@ from provision.payload import bench_schema
 
 # One environment's report as parsed (JSON): each field is narrowed where it is read, and a
 # field that is absent or null reads as empty.
-Report = Mapping[str, object]
+BenchReport = Mapping[str, object]
 
 # Settings shown, in order, with their labels; those equal in every report go on one line, those
 # that differ become columns of the table.
@@ -55,7 +55,7 @@ def _seq(value: object) -> list[object]:
     return value if isinstance(value, list) else []
 
 
-def _runs(report: Report) -> list[Mapping[str, object]]:
+def _runs(report: BenchReport) -> list[Mapping[str, object]]:
     return [_obj(run) for run in _seq(report.get("runs"))]
 
 
@@ -66,12 +66,12 @@ def _num(value: object) -> int | float:
     raise TypeError(f"not a number in the report: {value!r:.40}")
 
 
-def label(report: Report) -> str:
+def label(report: BenchReport) -> str:
     env = _obj(report.get("environment"))
     return str(env.get("name") or f"TF {report.get('tensorflow')}")
 
 
-def _setting(report: Report, key: str) -> str:
+def _setting(report: BenchReport, key: str) -> str:
     if key == "xla_flags":  # not an option: the variable as the run had it
         value = _obj(report.get("xla_environment")).get("XLA_FLAGS")
         flags = [f for f in str(value or "").split() if "cuda_data_dir" not in f]
@@ -84,12 +84,12 @@ def _setting(report: Report, key: str) -> str:
     return str(value)
 
 
-def differing(reports: Sequence[Report]) -> list[tuple[str, str]]:
+def differing(reports: Sequence[BenchReport]) -> list[tuple[str, str]]:
     """The settings (key, label) whose values are not the same in every report."""
     return [(k, t) for k, t in SETTINGS if len({_setting(r, k) for r in reports}) > 1]
 
 
-def describe_hardware(report: Report) -> str:
+def describe_hardware(report: BenchReport) -> str:
     found = report.get("hardware")
     devices = ", ".join(str(d) for d in _seq(report.get("devices"))) or "none"
     if not found:
@@ -123,7 +123,7 @@ def describe_hardware(report: Report) -> str:
     return "hardware: " + ", ".join(parts)
 
 
-def describe_software(report: Report) -> str:
+def describe_software(report: BenchReport) -> str:
     sw = _obj(report.get("software"))
     build = _obj(sw.get("build"))
     loaded = _obj(sw.get("loaded"))
@@ -142,7 +142,7 @@ def describe_software(report: Report) -> str:
     return ", ".join(parts)
 
 
-def _base(reports: Sequence[Report]) -> tuple[str, float] | None:
+def _base(reports: Sequence[BenchReport]) -> tuple[str, float] | None:
     """(what, images/s) every speed-up is measured against: the first report's 1 x float32."""
     for r in reports:
         for run in _runs(r):
@@ -165,7 +165,7 @@ def _xla(run: Mapping[str, object]) -> str:
     return "-" if xla is None else "yes" if xla else "no"
 
 
-def rows(reports: Sequence[Report]) -> tuple[list[str], list[list[str]]]:
+def rows(reports: Sequence[BenchReport]) -> tuple[list[str], list[list[str]]]:
     """The table's header and rows: one row per configuration that ran, in report order."""
     several = len({label(r) for r in reports}) > 1
     varying = differing(reports)
@@ -193,7 +193,7 @@ def rows(reports: Sequence[Report]) -> tuple[list[str], list[list[str]]]:
     return head, out
 
 
-def lines(reports: Sequence[Report]) -> list[str]:
+def lines(reports: Sequence[BenchReport]) -> list[str]:
     if not reports:
         return ["no report"]
     out = []
@@ -240,7 +240,7 @@ def lines(reports: Sequence[Report]) -> list[str]:
     return out
 
 
-def markdown(reports: Sequence[Report]) -> list[str]:
+def markdown(reports: Sequence[BenchReport]) -> list[str]:
     """The findings table: the rows of `lines` with TensorFlow/Keras and the command of each."""
     head, body = rows(reports)
     full = ["TensorFlow / Keras", *head, "command"]
@@ -258,7 +258,7 @@ def markdown(reports: Sequence[Report]) -> list[str]:
     return out
 
 
-def plot(reports: Sequence[Report], path: Path) -> None:
+def plot(reports: Sequence[BenchReport], path: Path) -> None:
     """Speed-up against GPU count: a line per environment and precision, one baseline for all."""
     import matplotlib
 

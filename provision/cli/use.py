@@ -149,8 +149,10 @@ def bench_cmd(
             raise click.UsageError("--report shows saved reports: give no NAME or --python")
         result = bench.load(reports, plot)
     else:
-        targets = [bench.Target(n, environment.interpreter(_find(n, out).prefix)) for n in names]
-        targets += [bench.Target(Path(p).absolute().parent.parent.name, p) for p in pythons]
+        targets = [
+            bench.BenchTarget(n, environment.interpreter(_find(n, out).prefix)) for n in names
+        ]
+        targets += [bench.BenchTarget(Path(p).absolute().parent.parent.name, p) for p in pythons]
         if not targets:
             raise click.UsageError("give environment NAMEs, --python EXE or --report FILE")
         _bench_checks(options)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from provision import registry
-from provision.drift.compare import Change, Target, compare
+from provision.drift.compare import Change, DriftSubject, compare
 from provision.errors import ProvisionError, UsageError
 from provision.facts import store
 from provision.facts.collect import Facts, HostFacts, env_facts, host_facts
@@ -21,7 +21,7 @@ from provision.facts.collect import Facts, HostFacts, env_facts, host_facts
 if TYPE_CHECKING:
     from provision.verify import VerifyResult
 
-State = Literal["ok", "drift", "unknown", "missing"]
+DriftState = Literal["ok", "drift", "unknown", "missing"]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,8 @@ class Reverified:
 @dataclass(frozen=True)
 class EnvCheck:
     name: str
-    state: State  # ok: nothing changed; drift: changes; unknown: no usable record; missing: gone
+    # ok: nothing changed; drift: changes; unknown: no usable record; missing: gone
+    state: DriftState
     changes: tuple[Change, ...] = ()
     problem: str = ""  # why it could not be judged
     baseline: str = ""  # "verify 2026-12-02 01:10": what recorded the facts compared with
@@ -147,7 +148,7 @@ def _baseline(old: Facts) -> str:
     return f"{old.source} {time.strftime('%Y-%m-%d %H:%M', time.localtime(old.at))}"
 
 
-def _target(rec: registry.Record) -> Target:
+def _target(rec: registry.Record) -> DriftSubject:
     from provision import matrix
 
     release = cuda = None
@@ -157,7 +158,7 @@ def _target(rec: registry.Record) -> Target:
         cuda = m.cuda_of(release)
     except ProvisionError:
         pass
-    return Target(rec.name, rec.tf, release, cuda, _lock_pins(rec), rec.interpreter)
+    return DriftSubject(rec.name, rec.tf, release, cuda, _lock_pins(rec), rec.interpreter)
 
 
 def _lock_pins(rec: registry.Record) -> dict[str, str]:

@@ -47,7 +47,7 @@ class Change:
 
 
 @dataclass(frozen=True)
-class Target:
+class DriftSubject:
     """What the judgement needs to know about the environment besides its facts."""
 
     name: str
@@ -62,7 +62,7 @@ class Target:
         return f"`provision install {self.name} --force`"
 
 
-def compare(old: Facts, host: HostFacts, now: EnvFacts, target: Target) -> list[Change]:
+def compare(old: Facts, host: HostFacts, now: EnvFacts, target: DriftSubject) -> list[Change]:
     changes = _driver(old.host, host, target)
     changes += _gpus(old, host, target)
     changes += _interpreter(old.env, now, target)
@@ -83,7 +83,7 @@ def _older(a: str, b: str) -> bool | None:
         return None
 
 
-def _driver(old: HostFacts, new: HostFacts, t: Target) -> list[Change]:
+def _driver(old: HostFacts, new: HostFacts, t: DriftSubject) -> list[Change]:
     if old.driver == new.driver and old.cuda == new.cuda:
         return []
     if not new.driver:
@@ -135,7 +135,7 @@ def _host_report(h: HostFacts) -> HostReport:
     )  # fmt: skip
 
 
-def _gpu_note(g: GpuFact, t: Target) -> tuple[bool, str]:
+def _gpu_note(g: GpuFact, t: DriftSubject) -> tuple[bool, str]:
     """(usable, why) of one GPU for the environment's build."""
     if t.release is None:
         return True, ""
@@ -146,7 +146,7 @@ def _gpu_note(g: GpuFact, t: Target) -> tuple[bool, str]:
     return fit in ("native", "ptx", "unknown"), text
 
 
-def _gpus(old: Facts, host: HostFacts, t: Target) -> list[Change]:
+def _gpus(old: Facts, host: HostFacts, t: DriftSubject) -> list[Change]:
     before = {g.index: g for g in old.host.gpus}
     after = {g.index: g for g in host.gpus}
     out = []
@@ -189,7 +189,7 @@ def _gpus(old: Facts, host: HostFacts, t: Target) -> list[Change]:
 # -- the interpreter, the packages, their files ------------------------------------------------
 
 
-def _interpreter(old: EnvFacts, new: EnvFacts, t: Target) -> list[Change]:
+def _interpreter(old: EnvFacts, new: EnvFacts, t: DriftSubject) -> list[Change]:
     if old.python != new.python:
         xy = [".".join(v.split(".")[:2]) for v in (old.python, new.python)]
         breaks = xy[0] != xy[1]
@@ -253,7 +253,7 @@ def _conflicts(pkg: PackageFact, now: Sequence[PackageFact], python: str) -> lis
     return out
 
 
-def _packages(old: EnvFacts, new: EnvFacts, t: Target, gone_libs: set[str]) -> list[Change]:
+def _packages(old: EnvFacts, new: EnvFacts, t: DriftSubject, gone_libs: set[str]) -> list[Change]:
     before = {p.key: p for p in old.packages}
     after = {p.key: p for p in new.packages}
     out: list[Change] = []
@@ -317,7 +317,7 @@ def _req_name(text: str) -> str:
         return ""
 
 
-def _altered(p: PackageFact, prefix: str, t: Target, gone_libs: set[str]) -> list[Change]:
+def _altered(p: PackageFact, prefix: str, t: DriftSubject, gone_libs: set[str]) -> list[Change]:
     from pathlib import Path
 
     from provision.facts.collect import package_files
@@ -341,7 +341,7 @@ def _altered(p: PackageFact, prefix: str, t: Target, gone_libs: set[str]) -> lis
 # -- libraries and hooks -----------------------------------------------------------------------
 
 
-def _libraries(old: EnvFacts, new: EnvFacts, t: Target) -> tuple[set[str], list[Change]]:
+def _libraries(old: EnvFacts, new: EnvFacts, t: DriftSubject) -> tuple[set[str], list[Change]]:
     before = {lib.path: lib for lib in old.libraries}
     after = {lib.path: lib for lib in new.libraries}
     gone = set(before.keys() - after.keys())  # and, below, those replaced: reported here only
@@ -375,7 +375,7 @@ def _libraries(old: EnvFacts, new: EnvFacts, t: Target) -> tuple[set[str], list[
     return gone, out
 
 
-def _hooks(old: EnvFacts, new: EnvFacts, t: Target) -> list[Change]:
+def _hooks(old: EnvFacts, new: EnvFacts, t: DriftSubject) -> list[Change]:
     out = []
     for rel in sorted(old.hooks.keys() | new.hooks.keys()):
         a, b = old.hooks.get(rel), new.hooks.get(rel)

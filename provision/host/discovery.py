@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from provision.errors import ProvisionError
-from provision.host.model import Environment, Probe, Ptxas
+from provision.host.model import HostEnvironment, Probe, Ptxas
 from provision.host.root import Context, glob, read_text
 
 CONDA_BASES = (
@@ -38,7 +38,7 @@ class PtxasFacts:
 @dataclass(frozen=True)
 class EnvironmentFacts:
     pythons: tuple[str, ...]  # "3.12", oldest first
-    environments: tuple[Environment, ...]  # those with TensorFlow
+    environments: tuple[HostEnvironment, ...]  # those with TensorFlow
     probes: tuple[Probe, ...]
 
 
@@ -154,7 +154,7 @@ def probe_environments(ctx: Context) -> EnvironmentFacts:
             m = re.fullmatch(r"python(3\.\d+)", exe.name)
             if m and os.access(exe, os.X_OK):
                 pythons.setdefault(m.group(1), ctx.show(exe))
-    envs: list[Environment] = []
+    envs: list[HostEnvironment] = []
     for prefix, kind in python_prefixes(ctx):
         for site in site_packages(prefix):
             tf = [
@@ -163,7 +163,9 @@ def probe_environments(ctx: Context) -> EnvironmentFacts:
             ]
             if tf:
                 hooked = (site / "provision_env_hook.pth").is_file()
-                envs.append(Environment(ctx.show(prefix), kind, _python_of(site), max(tf), hooked))
+                envs.append(
+                    HostEnvironment(ctx.show(prefix), kind, _python_of(site), max(tf), hooked)
+                )
     ordered = tuple(sorted(pythons, key=lambda v: tuple(int(x) for x in v.split("."))))
     detail = f"Python {', '.join(ordered) or 'none'}; {len(envs)} environment(s) with TensorFlow"
     return EnvironmentFacts(ordered, tuple(envs), (Probe("environments", "ok", detail),))

@@ -11,7 +11,7 @@ from provision.host import loader
 from provision.host.discovery import python_prefixes, site_packages, toolkit_roots
 from provision.host.model import KINDS, Library, Probe
 from provision.host.root import Context, glob
-from provision.host.versions import LIB_RE, LibraryFile, identify
+from provision.host.versions import LIB_RE, FoundLibrary, identify
 from provision.payload import elf
 
 
@@ -78,7 +78,7 @@ def probe_libraries(ctx: Context) -> LibraryFacts:
                 item.env = item.env or env
 
     located = [
-        LibraryFile(item.kind, real, frozenset(item.names), item.env, elf.read(str(real)))
+        FoundLibrary(item.kind, real, frozenset(item.names), item.env, elf.read(str(real)))
         for real, item in seen.items()
     ]
     versions = identify(ctx, located)

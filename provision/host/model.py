@@ -72,7 +72,7 @@ class Ptxas:
 
 
 @dataclass(frozen=True)
-class Environment:
+class HostEnvironment:
     prefix: str
     kind: str  # conda | venv | python
     python: str  # "3.12"
@@ -97,7 +97,7 @@ class HostReport:
     libraries: tuple[Library, ...]
     ptxas: tuple[Ptxas, ...]
     pythons: tuple[str, ...]
-    environments: tuple[Environment, ...]
+    environments: tuple[HostEnvironment, ...]
     probes: tuple[Probe, ...]
     schema: int = SCHEMA
 

@@ -29,7 +29,7 @@ ELF_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "ppc64l
 
 
 @dataclass(frozen=True)
-class LibraryFile:
+class FoundLibrary:
     """One library file (symbolic links resolved) and what is known before asking its version."""
 
     kind: str  # cudart | cudnn | cublas
@@ -55,7 +55,7 @@ class Identified:
     built_for: str  # CUDA major its package was built for, "" when unknown
 
 
-def identify(ctx: Context, files: Sequence[LibraryFile]) -> dict[Path, Identified]:
+def identify(ctx: Context, files: Sequence[FoundLibrary]) -> dict[Path, Identified]:
     """Each file's version, from the best source available, naming the source."""
     reported = _ask_libraries(ctx, files)
     dpkg = _Dpkg(ctx)
@@ -98,7 +98,7 @@ def identify(ctx: Context, files: Sequence[LibraryFile]) -> dict[Path, Identifie
     return out
 
 
-def _ask_libraries(ctx: Context, files: Sequence[LibraryFile]) -> dict[Path, int]:
+def _ask_libraries(ctx: Context, files: Sequence[FoundLibrary]) -> dict[Path, int]:
     """What cuDNN (cudnnGetVersion) and unnamed CUDA runtimes (cudaRuntimeGetVersion) say they are.
 
     Loaded only in a child interpreter, only when the file is an ELF object for this machine,

@@ -30,7 +30,7 @@ from provision.install.installers import Installer, Offline
 from provision.install.place import (
     NEW,
     OLD,
-    State,
+    PrefixState,
     check_not_another,
     finish_leftovers,
     followed,
@@ -44,7 +44,7 @@ from provision.toolout import InstallerLines
 
 MARKER = owned.MARKER
 MARKER_SCHEMA = 2
-__all__ = ["NEW", "OLD", "State", "check_not_another", "finish_leftovers", "followed",
+__all__ = ["NEW", "OLD", "PrefixState", "check_not_another", "finish_leftovers", "followed",
            "read_marker", "state_of"]  # fmt: skip
 LOCK_WAIT_S = 5.0
 
@@ -318,7 +318,7 @@ def _install_at(
 def _build(
     env: EnvDir,
     target: Path,
-    state: State,
+    state: PrefixState,
     digest: str,
     lock_sha: str,
     installer: Installer,

@@ -18,7 +18,7 @@ from provision.install import owned
 
 MARKER = owned.MARKER
 
-State = Literal["absent", "foreign", "building", "stale", "complete"]
+PrefixState = Literal["absent", "foreign", "building", "stale", "complete"]
 
 
 def read_marker(prefix: Path) -> dict[str, object] | None:
@@ -29,7 +29,7 @@ def read_marker(prefix: Path) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def state_of(prefix: Path, digest: str | None = None) -> State:
+def state_of(prefix: Path, digest: str | None = None) -> PrefixState:
     """absent (nothing there), foreign (not ours), building (never finished), stale, complete."""
     try:
         if not prefix.exists():

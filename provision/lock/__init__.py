@@ -21,12 +21,12 @@ from pathlib import Path
 from provision.errors import StaleError, UsageError
 from provision.lock import condalock, lockfile, pylock, userlock
 from provision.lock.lockcheck import verify
-from provision.lock.lockinputs import Target, load_target, load_yaml
+from provision.lock.lockinputs import LockTarget, load_target, load_yaml
 from provision.steps import StepResult
 from provision.tools import SOLVERS
 from provision.tools import solver as solver_exe  # the name tests know
 
-__all__ = ["SOLVERS", "Target", "check_lock", "load_yaml", "run", "solver_exe"]
+__all__ = ["SOLVERS", "LockTarget", "check_lock", "load_yaml", "run", "solver_exe"]
 
 
 def run(

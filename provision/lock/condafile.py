@@ -37,13 +37,13 @@ class Hash:
 
 
 @dataclass(frozen=True)
-class Source:
+class LockedSource:
     type: str
     url: str
 
 
 @dataclass(frozen=True)
-class Package:
+class LockedPackage:
     """One entry of the lock: a package for one platform, installed by conda or by pip."""
 
     name: str
@@ -55,7 +55,7 @@ class Package:
     dependencies: dict[str, str] = field(default_factory=dict)
     category: str = "main"
     optional: bool = False
-    source: Source | None = None
+    source: LockedSource | None = None
     build: str | None = None
 
     @property
@@ -88,14 +88,14 @@ class CondaLock:
     """The packages of a conda-lock.yml, in the file's order; `document` is the whole file as
     read, for the rewrites (never changed in place)."""
 
-    packages: tuple[Package, ...]
+    packages: tuple[LockedPackage, ...]
     document: dict[str, object] = field(compare=False, repr=False)
 
     @property
     def platforms(self) -> list[str]:
         return sorted({p.platform for p in self.packages})
 
-    def on(self, platform: str) -> list[Package]:
+    def on(self, platform: str) -> list[LockedPackage]:
         """The packages for one platform (conda subdir), in the file's order."""
         return [p for p in self.packages if p.platform == platform]
 
@@ -106,7 +106,7 @@ class CondaLock:
             out.setdefault(p.platform, {})[p.name.lower()] = p.version
         return out
 
-    def with_pip(self, added: Iterable[Package]) -> str:
+    def with_pip(self, added: Iterable[LockedPackage]) -> str:
         """The lock's text with `added` (pip entries) in it, sorted as conda-lock sorts (manager,
         name, platform): the conda part stays byte for byte what conda-lock wrote."""
         data = copy.deepcopy(self.document)
@@ -145,7 +145,7 @@ def parse(
         raise error(f"{where} is not a conda-lock file (no list of packages)")
     assert isinstance(data, dict)
     packages = tuple(
-        records.read(Package, e, f"{where}: package {e.get('name', i)!s}", error)
+        records.read(LockedPackage, e, f"{where}: package {e.get('name', i)!s}", error)
         for i, e in enumerate(entries)
     )
     return CondaLock(packages, data)
@@ -162,9 +162,9 @@ def read(path: Path, error: type[Exception] = LockError) -> CondaLock:
 
 def pip_package(
     name: str, version: str, platform: str, url: str, sha256: str, requires: Iterable[str]
-) -> Package:
+) -> LockedPackage:
     """A `manager: pip` entry as conda-lock writes one (its dependencies have no specs)."""
-    return Package(
+    return LockedPackage(
         name=name, version=version, manager="pip", platform=platform, url=url,
         hash=Hash(sha256=sha256), dependencies={d: "" for d in requires},
     )  # fmt: skip
@@ -176,7 +176,7 @@ def _entries(data: Mapping[str, object]) -> list[dict[str, object]]:
     return entries
 
 
-def _entry(p: Package) -> dict[str, object]:
+def _entry(p: LockedPackage) -> dict[str, object]:
     """conda-lock's key order for a pip entry it writes."""
     return {
         "name": p.name, "version": p.version, "manager": p.manager, "platform": p.platform,

@@ -20,14 +20,14 @@ from provision import _children, _proc, tools
 from provision.errors import LockError, UsageError
 from provision.lock import condafile
 from provision.lock.condapip import add_pip_part
-from provision.lock.lockinputs import Target, dump_yaml, env_channels, load_yaml
+from provision.lock.lockinputs import LockTarget, dump_yaml, env_channels, load_yaml
 from provision.matrix import spec
 
 CONDA_LOCK_TIMEOUT_S = 1800
 
 
 def lock(
-    target: Target, platforms: Sequence[str], channels: Sequence[str], solver: str,
+    target: LockTarget, platforms: Sequence[str], channels: Sequence[str], solver: str,
     cache_dir: Path | None,
 ) -> tuple[str, str, str]:  # fmt: skip
     """(the lock's body, the solver's name, the as-of header line of its pip section or '')."""
@@ -71,7 +71,7 @@ def lock(
     return body, Path(conda).name, note
 
 
-def check_virtual_platforms(target: Target, platforms: Sequence[str]) -> None:
+def check_virtual_platforms(target: LockTarget, platforms: Sequence[str]) -> None:
     """UsageError unless virtual-packages.yml describes every platform to lock."""
     data = load_yaml(target.root / "virtual-packages.yml")
     subdirs = data.get("subdirs") if isinstance(data, dict) else None
@@ -106,7 +106,7 @@ def conda_lock_argv(
     return argv
 
 
-def _split_environment(target: Target, tmp: Path) -> tuple[Path, list[str]]:
+def _split_environment(target: LockTarget, tmp: Path) -> tuple[Path, list[str]]:
     """environment.yml without its pip section (for conda-lock), and that section's requirements."""
     data = load_yaml(target.root / "environment.yml") or {}
     if not isinstance(data, dict):
@@ -128,7 +128,7 @@ def _split_environment(target: Target, tmp: Path) -> tuple[Path, list[str]]:
     return out, pip_reqs
 
 
-def _check_reachable(target: Target, platforms: Sequence[str], channels: Sequence[str]) -> None:
+def _check_reachable(target: LockTarget, platforms: Sequence[str], channels: Sequence[str]) -> None:
     """Fail in seconds, naming the channel, before conda-lock even starts (it would take longer)."""
     from provision import solver
 

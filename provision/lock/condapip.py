@@ -20,13 +20,13 @@ from pathlib import Path
 from provision import _proc, tools
 from provision.errors import LockError
 from provision.lock import condafile, pylock
-from provision.lock.lockinputs import Target, load_yaml
+from provision.lock.lockinputs import LockTarget, load_yaml
 from provision.lock.pylock import AsOf
 from provision.lock.requirements import norm, parse_lock, pep440
 
 
 def add_pip_part(
-    target: Target, lockfile: Path, requirements: Sequence[str], platforms: Sequence[str],
+    target: LockTarget, lockfile: Path, requirements: Sequence[str], platforms: Sequence[str],
     tmp: Path, cache_dir: Path | None,
 ) -> AsOf | None:  # fmt: skip
     """Resolve the pip section with uv for each platform's locked Python and glibc, and add the
@@ -35,7 +35,7 @@ def add_pip_part(
     virtual = load_yaml(target.root / "virtual-packages.yml")
     subdirs = virtual.get("subdirs") if isinstance(virtual, dict) else None
     when = pylock.previous_as_of(target)
-    added: list[condafile.Package] = []
+    added: list[condafile.LockedPackage] = []
     for platform in platforms:
         conda_pkgs = lock.on(platform)
         python = next((p for p in conda_pkgs if p.name == "python"), None)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from provision.errors import LockError
-from provision.lock.lockinputs import Target
+from provision.lock.lockinputs import LockTarget
 
 Relax = Callable[[str, Sequence[str]], "str | None"]
 _BOX = " \u2570\u2500\u25b6\u2502\u00d7"
@@ -72,7 +72,9 @@ def _releases_for(needed: str) -> list[tuple[str, str]]:
     return out
 
 
-def explain(target: Target, text: str, relax: Relax, others: Sequence[str] = ()) -> ConflictError:
+def explain(
+    target: LockTarget, text: str, relax: Relax, others: Sequence[str] = ()
+) -> ConflictError:
     """others: the frameworks beside TensorFlow among the user's packages (userlock.beside)."""
     spec = target.spec
     pin = spec.release.pin

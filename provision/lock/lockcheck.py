@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from provision import diskread
 from provision.errors import LockInvalid, StaleError
 from provision.lock import condafile, lockinputs
-from provision.lock.condafile import Package
+from provision.lock.condafile import LockedPackage
 from provision.lock.lockfile import (
     END_TAG,
     FORMAT,
@@ -24,7 +24,7 @@ from provision.lock.lockfile import (
     sha256,
     what_changed,
 )
-from provision.lock.lockinputs import Environment, Target, one_line
+from provision.lock.lockinputs import EnvironmentYml, LockTarget, one_line
 from provision.lock.requirements import (
     Pin,
     applies,
@@ -39,7 +39,7 @@ from provision.lock.requirements import (
 LOCK_LIMIT = condafile.LIMIT
 
 
-def verify(target: Target, data: LockInputs, rel: str, regen: str) -> int:
+def verify(target: LockTarget, data: LockInputs, rel: str, regen: str) -> int:
     """The number of packages of a lock that is fresh for `data`, intact, complete and closed;
     else StaleError / LockInvalid, naming the first thing wrong (see lock.check_lock)."""
     path = target.lock_path
@@ -88,7 +88,7 @@ def verify(target: Target, data: LockInputs, rel: str, regen: str) -> int:
 
 
 def _check_header(
-    target: Target, data: LockInputs, rel: str, regen: str, head: str, body_digest: str
+    target: LockTarget, data: LockInputs, rel: str, regen: str, head: str, body_digest: str
 ) -> None:
     """The header must be the one provision writes for these inputs, line for line: users read
     its `regenerate with:` and `Install with:` lines as commands to type, and no digest covers
@@ -107,7 +107,7 @@ def _check_header(
         )
 
 
-def _parse_body(target: Target, body: str, first_line: int) -> list[Pin] | list[Package]:
+def _parse_body(target: LockTarget, body: str, first_line: int) -> list[Pin] | list[LockedPackage]:
     """The body's packages: requirements Pins (pip/system) or conda-lock's packages; ValueError
     if not."""
     if target.spec.path != "conda":
@@ -121,7 +121,9 @@ def _parse_body(target: Target, body: str, first_line: int) -> list[Pin] | list[
 # -- complete and closed -----------------------------------------------------------------------
 
 
-def _closure(target: Target, parsed: list[Pin] | list[Package], platform: str) -> list[str]:
+def _closure(
+    target: LockTarget, parsed: list[Pin] | list[LockedPackage], platform: str
+) -> list[str]:
     # The list is of one kind, the one _parse_body read for this path: each filter keeps it all.
     if target.spec.path != "conda":
         env = marker_environment(target.spec.python, platform)
@@ -136,11 +138,11 @@ def _closure(target: Target, parsed: list[Pin] | list[Package], platform: str) -
         requirements = [*base, *lockinputs.user_requirements(target)]
         source = "requirements.in" + (" and packages.in" if target.packages else "")
         return closure_problems(requirements, pins, source, env)
-    packages = [p for p in parsed if isinstance(p, Package)]
+    packages = [p for p in parsed if isinstance(p, LockedPackage)]
     return conda_closure_problems(lockinputs.read_environment(target, user=True), packages)
 
 
-def conda_closure_problems(env: Environment, packages: Sequence[Package]) -> list[str]:
+def conda_closure_problems(env: EnvironmentYml, packages: Sequence[LockedPackage]) -> list[str]:
     """Per platform: every match spec of environment.yml is met by a conda package and every pip
     requirement by a pip package (or a Python package conda provides); every dependency a package
     names is in the lock (virtual packages aside); every package is reachable from the inputs
@@ -152,8 +154,10 @@ def conda_closure_problems(env: Environment, packages: Sequence[Package]) -> lis
     return out
 
 
-def _platform_closure(env: Environment, pkgs: Sequence[Package], platform: str) -> list[str]:
-    table: dict[tuple[str, str], Package] = {
+def _platform_closure(
+    env: EnvironmentYml, pkgs: Sequence[LockedPackage], platform: str
+) -> list[str]:
+    table: dict[tuple[str, str], LockedPackage] = {
         (p.manager, norm(p.name) if p.pip else p.name): p for p in pkgs
     }
     provided = {norm(n): n for m, n in table if m == "conda"}
@@ -206,7 +210,7 @@ def _platform_closure(env: Environment, pkgs: Sequence[Package], platform: str) 
     return out
 
 
-def _conda_requirement(text: str, conda: Mapping[str, Package]) -> tuple[str, str]:
+def _conda_requirement(text: str, conda: Mapping[str, LockedPackage]) -> tuple[str, str]:
     """(the locked package a match spec names, what is wrong: '' when the lock meets it)."""
     from rattler import MatchSpec, Version, VersionSpec
 

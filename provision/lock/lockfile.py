@@ -22,7 +22,7 @@ from typing import TypedDict
 
 from provision.jsontypes import JSONObject
 from provision.lock import lockinputs, pylock
-from provision.lock.lockinputs import Target, strip_auth
+from provision.lock.lockinputs import LockTarget, strip_auth
 from provision.lock.requirements import normal_requirement, pins
 from provision.matrix.spec import EnvSpec
 from provision.userpackages import FILE as USER_FILE
@@ -59,7 +59,7 @@ LockInputs = TypedDict(
 )
 
 
-def inputs(target: Target, platforms: Sequence[str], channels: Sequence[str]) -> LockInputs:
+def inputs(target: LockTarget, platforms: Sequence[str], channels: Sequence[str]) -> LockInputs:
     """What the lock means to depend on; it goes into the lock's header with its digest.
 
     pip/system: requirements.in's requirements (normalised, sorted), the Python line, the
@@ -99,7 +99,7 @@ def sha256(text: str) -> str:
 # -- the header, the body ----------------------------------------------------------------------
 
 
-def regen_command(target: Target, platforms: Sequence[str], channels: Sequence[str]) -> str:
+def regen_command(target: LockTarget, platforms: Sequence[str], channels: Sequence[str]) -> str:
     argv = ["provision", "lock", target.name]
     if sorted(platforms) != sorted(target.spec.platforms):
         for p in platforms:
@@ -109,7 +109,7 @@ def regen_command(target: Target, platforms: Sequence[str], channels: Sequence[s
     return shlex.join(argv)
 
 
-def header(target: Target, data: LockInputs, regen: str, body_sha256: str) -> str:
+def header(target: LockTarget, data: LockInputs, regen: str, body_sha256: str) -> str:
     s = target.spec
     what = (
         f"{s.name}: TensorFlow {s.release.pin}, CUDA {s.cuda.version}, cuDNN {s.cudnn.version}, "
@@ -184,7 +184,7 @@ def end_line(count: int) -> str:
     return f"{END_TAG}{count} packages\n"
 
 
-def count(target: Target, body: str) -> int:
+def count(target: LockTarget, body: str) -> int:
     """The packages of a lock's body (every platform's, for a conda lock)."""
     if target.spec.path == "conda":
         return len(re.findall(r"^- name: ", body, re.MULTILINE))
@@ -245,7 +245,7 @@ def read_lock(text: str) -> Recorded:
     )
 
 
-def made_for(target: Target) -> tuple[list[str], list[str]]:
+def made_for(target: LockTarget) -> tuple[list[str], list[str]]:
     """The platforms and channels the lock was made for (its header), else the spec's."""
     platforms, channels = list(target.spec.platforms), list[str]()
     try:

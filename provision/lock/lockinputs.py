@@ -1,4 +1,4 @@
-"""What a lock is made from: envs/NAME/ as lock sees it (the Target) and its input files.
+"""What a lock is made from: envs/NAME/ as lock sees it (the LockTarget) and its input files.
 
 load_target takes the environment directory from environment.load (the one reader of provision.json
 and of the table of an environment's files), the user's packages from packages.in, and checks that
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Target:
+class LockTarget:
     """envs/<name>/ as lock sees it: the environment directory (environment.EnvDir, the one
     reader of provision.json), the EnvSpec it resolves to, and the user's packages (packages.in)."""
 
@@ -60,7 +60,7 @@ def known_envs(out: Path) -> list[str]:
     return sorted((p.parent.name for p in out.glob(f"*/{environment.MANIFEST}")), key=natural)
 
 
-def load_target(out: Path, name: str) -> Target:
+def load_target(out: Path, name: str) -> LockTarget:
     root = out / name
     if not (root / environment.MANIFEST).is_file():
         known = known_envs(out)
@@ -83,7 +83,7 @@ def load_target(out: Path, name: str) -> Target:
         packages = tuple(env.packages())
     except environment.ManifestError as exc:
         raise LockError(str(exc)) from exc
-    return Target(env, resolved, packages)
+    return LockTarget(env, resolved, packages)
 
 
 def load_yaml(path: Path | str) -> object:
@@ -112,7 +112,7 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _input_yaml(target: Target, rel: str) -> dict[str, object]:
+def _input_yaml(target: LockTarget, rel: str) -> dict[str, object]:
     import yaml
 
     try:
@@ -135,21 +135,21 @@ def strip_auth(url: str) -> str:
     return re.sub(r"//[^/@]+@", "//", url)
 
 
-def env_channels(target: Target) -> list[str]:
+def env_channels(target: LockTarget) -> list[str]:
     """The channels environment.yml names (what conda-lock uses without --channel)."""
     channels = _input_yaml(target, "environment.yml").get("channels")
     return [str(c) for c in _list(channels) if str(c) != "nodefaults"]
 
 
 @dataclass(frozen=True)
-class Environment:
+class EnvironmentYml:
     """environment.yml as the lock reads it: conda match specs and the pip section."""
 
     conda: tuple[str, ...]  # whitespace normalised, in the file's order
     pip: tuple[Requirement, ...]
 
 
-def read_environment(target: Target, user: bool = False) -> Environment:
+def read_environment(target: LockTarget, user: bool = False) -> EnvironmentYml:
     """environment.yml's specs; with `user`, the user's packages (packages.in) added, as the lock
     resolves them."""
     conda: list[str] = []
@@ -165,7 +165,7 @@ def read_environment(target: Target, user: bool = False) -> Environment:
             conda.append(json.dumps(dep, sort_keys=True))  # conda-lock says what it makes of it
         else:
             conda.append(normal_match_spec(str(dep)))
-    return Environment(tuple(conda), tuple(pip))
+    return EnvironmentYml(tuple(conda), tuple(pip))
 
 
 def normal_match_spec(text: str) -> str:
@@ -173,7 +173,7 @@ def normal_match_spec(text: str) -> str:
     return re.sub(r"\s*([=<>!~,|]+)\s*", r"\1", " ".join(text.split()))
 
 
-def virtual_packages(target: Target, platforms: Sequence[str]) -> dict[str, dict[str, str]]:
+def virtual_packages(target: LockTarget, platforms: Sequence[str]) -> dict[str, dict[str, str]]:
     """platform -> {virtual package: its spec} from virtual-packages.yml, whitespace normalised."""
     subdirs = _input_yaml(target, "virtual-packages.yml").get("subdirs") or {}
     out = {}
@@ -187,12 +187,12 @@ def virtual_packages(target: Target, platforms: Sequence[str]) -> dict[str, dict
     return out
 
 
-def requirements_in(target: Target) -> list[Requirement]:
+def requirements_in(target: LockTarget) -> list[Requirement]:
     text = (target.root / "requirements.in").read_text(encoding="utf-8")
     return parse_requirements(text, f"{target.name}/requirements.in")
 
 
-def user_requirements(target: Target) -> list[Requirement]:
+def user_requirements(target: LockTarget) -> list[Requirement]:
     """The user's packages that the package index serves: all of packages.in on the pip and system
     paths, its `pypi:` lines on the conda path."""
     from packaging.requirements import Requirement

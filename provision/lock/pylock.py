@@ -18,7 +18,7 @@ from pathlib import Path
 
 from provision import _children, _proc, tools
 from provision.errors import LockError, UsageError
-from provision.lock.lockinputs import Target
+from provision.lock.lockinputs import LockTarget
 from provision.lock.requirements import ARCH, exact_pins, norm, requirement_lines
 from provision.lock.requirements import pins as pins
 from provision.matrix.spec import EnvSpec
@@ -59,7 +59,7 @@ def python_platform(spec: EnvSpec, platform: str, glibc: str | None = None) -> s
 # -- the lock ----------------------------------------------------------------------------------
 
 
-def lock(target: Target, platform: str, cache_dir: Path | None) -> tuple[str, str]:
+def lock(target: LockTarget, platform: str, cache_dir: Path | None) -> tuple[str, str]:
     """(the body of requirements.lock, its as-of header line or ''), checked against the row."""
     with _children.workdir() as tmp:
         body, when = compile_lock(
@@ -69,7 +69,7 @@ def lock(target: Target, platform: str, cache_dir: Path | None) -> tuple[str, st
     return body, when.header_line() + "\n" if when else ""
 
 
-def check_row(target: Target, body: str) -> None:
+def check_row(target: LockTarget, body: str) -> None:
     """LockError when the lock does not hold TensorFlow's and the NVIDIA wheels' pins of the row."""
     wrong = problems(target.spec, body)
     if wrong:
@@ -185,7 +185,7 @@ def read_as_of(lock_text: str) -> AsOf | None:
     return None
 
 
-def previous_as_of(target: Target) -> AsOf | None:
+def previous_as_of(target: LockTarget) -> AsOf | None:
     """The cutoff of the target's current lock: a re-lock of the same pin needs no index call."""
     try:
         return read_as_of(target.lock_path.read_text(encoding="utf-8"))

@@ -23,7 +23,7 @@ from pathlib import Path
 from provision import _children, _proc, diskread, environment, tools
 from provision.errors import LockError
 from provision.lock import conflicts, frameworks, pylock
-from provision.lock.lockinputs import Target
+from provision.lock.lockinputs import LockTarget
 from provision.lock.requirements import exact_pins, pins, requirement_lines
 
 DECLARED_TAG = "# provision-declared: "
@@ -31,7 +31,7 @@ CUDA_TAG = environment.CUDA_TAG
 ALL: tuple[str, ...] = ()  # upgrade=ALL: every one of the user's packages
 
 
-def lock_requirements(target: Target) -> list[str]:
+def lock_requirements(target: LockTarget) -> list[str]:
     """requirements.in's requirement lines as the lock resolves them: with another framework
     among the user's packages, TensorFlow's NVIDIA pins widened to its and-cuda ranges."""
     lines = requirement_lines((target.root / "requirements.in").read_text("utf-8"))
@@ -60,7 +60,7 @@ def now() -> str:
 
 
 def lock(
-    target: Target, platform: str, cache_dir: Path | None, upgrade: Sequence[str] | None = None
+    target: LockTarget, platform: str, cache_dir: Path | None, upgrade: Sequence[str] | None = None
 ) -> tuple[str, str]:
     """pylock.lock, with the user's packages: the body and its notes, checked against the row."""
     with _children.workdir() as tmp:
@@ -81,7 +81,7 @@ def lock(
     return body, notes
 
 
-def beside(target: Target) -> list[str]:
+def beside(target: LockTarget) -> list[str]:
     """The other frameworks among the user's packages (pip path): TensorFlow's NVIDIA libraries
     may move within its and-cuda ranges (where its wheel has them), in one CUDA line."""
     if target.spec.path != "pip":
@@ -89,13 +89,13 @@ def beside(target: Target) -> list[str]:
     return frameworks.named([p.name for p in target.packages])
 
 
-def glibc_floor(target: Target) -> str | None:
+def glibc_floor(target: LockTarget) -> str | None:
     """The glibc the lock targets when it is not the release's own: the frameworks' (beside)."""
     return frameworks.glibc(target.spec) if beside(target) else None
 
 
 def _lock(
-    target: Target,
+    target: LockTarget,
     platform: str,
     cache_dir: Path | None,
     workdir: Path,
@@ -254,7 +254,7 @@ def _readable(text: str) -> bool:
     return True
 
 
-def _upgraded(target: Target, upgrade: Sequence[str] | None) -> set[str]:
+def _upgraded(target: LockTarget, upgrade: Sequence[str] | None) -> set[str]:
     names = {p.name for p in target.packages}
     if upgrade is None:
         return set()
@@ -298,7 +298,10 @@ def _with_their_own(names: set[str], lock_text: str, requirements: Sequence[str]
 
 
 def _cutoffs(
-    target: Target, requirements: Sequence[str], when: pylock.AsOf | None, declared: dict[str, str]
+    target: LockTarget,
+    requirements: Sequence[str],
+    when: pylock.AsOf | None,
+    declared: dict[str, str],
 ) -> list[str]:
     """TensorFlow's exact pins as given; each user package as of its declaration; the rest may
     move up to the latest declaration, but only where a user's package needs it (uv keeps the

@@ -33,7 +33,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from .bench_config import check, part_main
-from .bench_model import BenchError
+from .bench_model import BenchArgsError
 from .bench_procs import run_part
 from .bench_schema import (
     BATCHNORM,
@@ -201,7 +201,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "bench") -> int:
                 report["software"] = part["software"]
             outcome = part["outcome"]
             if "error" in outcome:
-                raise BenchError(outcome["error"])
+                raise BenchArgsError(outcome["error"])
             if "skipped" in outcome:
                 skipped.append({**where, "reason": outcome["skipped"]})
                 event(event="skipped", reason=outcome["skipped"], **where)
@@ -220,7 +220,7 @@ def main(argv: Optional[List[str]] = None, prog: str = "bench") -> int:
                 )
         if runs:
             speedups(runs, messages)
-    except BenchError as exc:
+    except BenchArgsError as exc:
         print(f"benchmark: error: {exc}", file=sys.stderr)
         if not report:
             return 1

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .bench_facts import device_details, software
 from .bench_model import (
-    BenchError,
+    BenchArgsError,
     batchnorm_kinds,
     build_model,
     compute_dtype,
@@ -38,20 +38,20 @@ IMAGE_BYTES_BUDGET = 1_500_000_000  # the synthetic training split, float32, in 
 
 
 def check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
-    """GPU counts and precisions; BenchError for what cannot run anywhere."""
+    """GPU counts and precisions; BenchArgsError for what cannot run anywhere."""
     try:
         counts = sorted({int(v) for v in args.gpus.split(",") if v.strip()})
     except ValueError as exc:
-        raise BenchError(f"--gpus takes counts like 1,2,4, not {args.gpus!r}") from exc
+        raise BenchArgsError(f"--gpus takes counts like 1,2,4, not {args.gpus!r}") from exc
     if not counts or counts[0] < 1:
-        raise BenchError(f"--gpus takes positive counts, not {args.gpus!r}")
+        raise BenchArgsError(f"--gpus takes positive counts, not {args.gpus!r}")
     precisions = [p.strip() for p in args.precision.split(",") if p.strip()]
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad or not precisions:
-        raise BenchError(f"--precision takes {', '.join(PRECISIONS)}, not {', '.join(bad)}")
+        raise BenchArgsError(f"--precision takes {', '.join(PRECISIONS)}, not {', '.join(bad)}")
     n = args.steps_per_execution
     if n < 1 or args.steps % n or args.warmup % n or args.steps < 1:
-        raise BenchError(
+        raise BenchArgsError(
             f"--steps {args.steps} and --warmup {args.warmup} must be multiples of "
             f"--steps-per-execution {n}"
         )
@@ -72,7 +72,7 @@ def setup_devices(tf: ModuleType, args: argparse.Namespace) -> Tuple[List[str], 
     else:
         names = [d.name for d in tf.config.list_logical_devices("GPU")]
     if not names:
-        raise BenchError(
+        raise BenchArgsError(
             "no GPU visible to TensorFlow; run `provision verify` or use --cpu-devices N"
         )
     return names, policy
@@ -83,7 +83,7 @@ def global_batch(args: argparse.Namespace, n: int, messages: list[str]) -> int:
         return int(args.batch_per_replica * n)
     gb = args.global_batch - args.global_batch % n
     if gb == 0:
-        raise BenchError(f"--global-batch {args.global_batch} is smaller than {n} replicas")
+        raise BenchArgsError(f"--global-batch {args.global_batch} is smaller than {n} replicas")
     note = f"global batch {args.global_batch} is not divisible by {n} replicas; using {gb}"
     if gb != args.global_batch and note not in messages:
         messages.append(note)
@@ -249,7 +249,7 @@ def part_main(args: argparse.Namespace) -> int:
         out["outcome"] = {
             "run": run_config(tf, args, devices[:n], precision, data, classes, messages)
         }
-    except BenchError as exc:
+    except BenchArgsError as exc:
         out["outcome"] = {"error": str(exc)}
     except Skipped as exc:
         out["outcome"] = {"skipped": str(exc)}

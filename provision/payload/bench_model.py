@@ -10,7 +10,7 @@ import time
 from types import ModuleType
 from typing import Any, Dict, List, Protocol, Sequence, Tuple
 
-from .bench_schema import Task
+from .bench_schema import BenchTask
 
 # ResNet50's BatchNormalization follows the batches this much faster than Keras's 0.99, so that
 # its moving statistics match the weights after a benchmark's few dozen steps and held-out
@@ -20,7 +20,7 @@ PATTERN_GRID = 4  # each class is a smooth image: a 4 x 4 x 3 random grid, resiz
 LEARNING_RATE = 0.01
 
 
-class BenchError(Exception):
+class BenchArgsError(Exception):
     """A configuration the benchmark cannot run (the message says why); exit status 1."""
 
 
@@ -41,7 +41,7 @@ def synthetic(tf: ModuleType, args: argparse.Namespace, n: int, seed: int) -> Tu
     return x, y
 
 
-def task(args: argparse.Namespace, n_train: int, n_test: int, classes: int) -> Task:
+def task(args: argparse.Namespace, n_train: int, n_test: int, classes: int) -> BenchTask:
     """What the accuracy column measures, for the report."""
     if args.dataset:
         what = f"images from {args.dataset} (.npz x, y): 90 % train, the rest is held out"
@@ -76,7 +76,7 @@ def load_dataset(tf: ModuleType, path: str) -> Tuple[Any, Any, Any, Any]:
 
     files = sorted(f for f in os.listdir(path) if f.endswith(".npz"))
     if not files:
-        raise BenchError(f"{path} holds no .npz files with arrays x and y")
+        raise BenchArgsError(f"{path} holds no .npz files with arrays x and y")
     xs, ys = [], []
     for f in files:
         with np.load(os.path.join(path, f)) as data:
@@ -244,7 +244,7 @@ def compute_dtype(model: Layered) -> str:
 def set_policy(tf: ModuleType, name: str) -> None:
     mp = getattr(tf.keras, "mixed_precision", None)
     if mp is None:  # pragma: no cover - very old Keras
-        raise BenchError("this TensorFlow has no Keras mixed precision")
+        raise BenchArgsError("this TensorFlow has no Keras mixed precision")
     mp.set_global_policy(name)
 
 

@@ -170,7 +170,7 @@ class Run(_Run, total=False):
     efficiency: float
 
 
-class Task(TypedDict):
+class BenchTask(TypedDict):
     """What the accuracy column measures."""
 
     kind: str

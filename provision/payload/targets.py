@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional, Tuple
 _NAME = re.compile(r"(sm|compute)_(\d+)(\d)([af]?)")
 
 
-class Target(NamedTuple):
+class CodeTarget(NamedTuple):
     kind: str  # "sm" (SASS) or "compute" (PTX)
     major: int
     minor: int
@@ -42,9 +42,9 @@ class Target(NamedTuple):
         return self.kind == "compute" and self._runs_on(cc)
 
 
-def parse(text: str) -> Optional[Target]:
-    """'sm_89' -> Target('sm', 8, 9); 'sm_100' -> 10.0; 'sm_90a' -> 9.0, 'a'; else None."""
+def parse(text: str) -> Optional[CodeTarget]:
+    """'sm_89' -> CodeTarget('sm', 8, 9); 'sm_100' -> 10.0; 'sm_90a' -> 9.0, 'a'; else None."""
     m = _NAME.fullmatch(str(text).strip())
     if m is None:
         return None
-    return Target(m.group(1), int(m.group(2)), int(m.group(3)), m.group(4))
+    return CodeTarget(m.group(1), int(m.group(2)), int(m.group(3)), m.group(4))

@@ -31,7 +31,7 @@ NEVER_IN_WHEELS = (
 
 
 @dataclass(frozen=True)
-class Facts:
+class ReleaseFacts:
     """One release as its Linux x86-64 wheels describe it."""
 
     version: Version
@@ -153,7 +153,9 @@ def parse_cuda_config(text: str) -> dict[str, str]:
     return {k: v for k, v in cudalibs.header_defines(text).items() if k.startswith("TF_")}
 
 
-def read_facts(project: idx.Project, version: Version, counter: idx.Counter, today: str) -> Facts:
+def read_facts(
+    project: idx.Project, version: Version, counter: idx.Counter, today: str
+) -> ReleaseFacts:
     """Read one release's facts: names of all its Linux x86-64 wheels, members of the newest."""
     linux = [w for w in project.wheels(version) if idx.is_linux_x86_64(w)]
     if not linux:
@@ -179,7 +181,7 @@ def read_facts(project: idx.Project, version: Version, counter: idx.Counter, tod
         win = max(windows, key=lambda w: w.filename)
         text = idx.read_members(win, (BUILD_INFO,), counter)[BUILD_INFO]
         windows_gpu = bool(text and parse_build_info(text, win.filename).get("is_cuda_build"))
-    return Facts(
+    return ReleaseFacts(
         version=version,
         wheel=newest,
         pythons=tuple(pythons),

@@ -20,14 +20,14 @@ from provision.errors import MatrixError, UsageError
 from provision.matrix import DATA_FILE, Matrix, Release, load, store
 from provision.releases import derive as facts_of
 from provision.releases import wheels as idx
-from provision.releases.derive import Facts, minor
+from provision.releases.derive import ReleaseFacts, minor
 
 PROJECT = "tensorflow"
 FIRST = Version("2.4")
 
 
 @dataclass
-class Outcome:
+class UpdateOutcome:
     """What an update found and did; the CLI prints it and picks the exit code."""
 
     missing: list[str] = field(default_factory=list)  # versions on the index the matrix lacks
@@ -88,8 +88,8 @@ def update(
     path: Path = DATA_FILE,
     index: str | None = None,
     date: str | None = None,
-) -> Outcome:
-    outcome = Outcome()
+) -> UpdateOutcome:
+    outcome = UpdateOutcome()
     text = _read(path)
     matrix = store.Draft(text).result()[1]
     page = idx.project(PROJECT, outcome.counter, index)
@@ -159,7 +159,7 @@ def _read(path: Path) -> str:
         raise MatrixError(f"cannot read the matrix {path}: {exc}") from exc
 
 
-def _pins(facts: Facts, counter: idx.Counter, index: str | None) -> dict[str, str]:
+def _pins(facts: ReleaseFacts, counter: idx.Counter, index: str | None) -> dict[str, str]:
     """Each NVIDIA wheel of the extra pinned to the lowest version on the index it allows."""
     reqs = [Requirement(t) for t in facts.and_cuda]
     nvidia = [r for r in reqs if r.name.startswith("nvidia-")]
@@ -177,7 +177,9 @@ def _pins(facts: Facts, counter: idx.Counter, index: str | None) -> dict[str, st
     return dict(sorted(pins.items()))
 
 
-def _prerelease_deps(facts: Facts, counter: idx.Counter, index: str | None) -> tuple[str, ...]:
+def _prerelease_deps(
+    facts: ReleaseFacts, counter: idx.Counter, index: str | None
+) -> tuple[str, ...]:
     """A pre-release's requirements that only pre-releases satisfy; () for a final release, whose
     resolver finds such a package on its own (2.5's keras-nightly~=2.5.0.dev): the explicit line
     is what lets a pre-release row's lock allow pre-releases for those packages alone."""
@@ -191,7 +193,7 @@ def _prerelease_deps(facts: Facts, counter: idx.Counter, index: str | None) -> t
 
 
 def _put(
-    draft: store.Draft, matrix: Matrix, facts: Facts, counter: idx.Counter, index: str | None
+    draft: store.Draft, matrix: Matrix, facts: ReleaseFacts, counter: idx.Counter, index: str | None
 ) -> None:
     """Add (or replace) the release row, its sources and, when new, its cuDNN row."""
     v, wheel, tf = facts.version, facts.wheel, minor(str(facts.version))
@@ -306,10 +308,10 @@ def _cudnn_row(version: str, full: str, cuda_major: int, source: str) -> store.R
 
 def rederive(
     *, tfs: Sequence[str] = (), path: Path = DATA_FILE, index: str | None = None
-) -> Outcome:
+) -> UpdateOutcome:
     """Every derivable field of the rows asked for (all by default), from the wheels of each row's
     pin, against what is committed."""
-    outcome = Outcome()
+    outcome = UpdateOutcome()
     matrix = store.Draft(_read(path)).result()[1]
     rows = [matrix.release(t) for t in tfs] if tfs else list(matrix.releases)
     page = idx.project(PROJECT, outcome.counter, index)
@@ -327,7 +329,7 @@ def rederive(
 
 
 def _compare(
-    rel: Release, facts: Facts, page: idx.Project, prerelease_deps: tuple[str, ...]
+    rel: Release, facts: ReleaseFacts, page: idx.Project, prerelease_deps: tuple[str, ...]
 ) -> list[str]:
     problems: list[str] = []
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import tarfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -30,7 +30,7 @@ from provision.rollout.bundle_format import (
     GROUPS,
     MANIFEST,
     BundleError,
-    Manifest,
+    BundleManifest,
     Member,
     Requires,
     newest,
@@ -40,8 +40,6 @@ from provision.rollout.bundle_format import (
     wheel_glibc,
 )
 from provision.rollout.bundle_io import Sink
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -78,7 +76,7 @@ def host_glibc() -> str:
 
 def target_of(
     env: EnvDir, glibc: str | None, provision_python: str | None, platform: str | None
-) -> fetch.Target:
+) -> fetch.BundleMachine:
     from packaging.version import Version
 
     from provision.lock.requirements import ARCH
@@ -93,7 +91,9 @@ def target_of(
         provision_python = env.python if usable else "{}.{}".format(*sys.version_info[:2])
     elif Version(provision_python) < Version("3.10"):
         raise UsageError(f"--provision-python {provision_python}: provision needs Python >= 3.10")
-    return fetch.Target(env.python, provision_python, ARCH[subdir], glibc or host_glibc(), subdir)
+    return fetch.BundleMachine(
+        env.python, provision_python, ARCH[subdir], glibc or host_glibc(), subdir
+    )
 
 
 def env_items(env: EnvDir) -> list[fetch.Item]:
@@ -119,7 +119,7 @@ def _conda_glibc(env: EnvDir, subdir: str) -> list[tuple[int, int]]:
     return [floor for p in lock.on(subdir) if (floor := p.glibc_floor) is not None]
 
 
-def requires_of(env: EnvDir, target: fetch.Target, items: Sequence[fetch.Item]) -> Requires:
+def requires_of(env: EnvDir, target: fetch.BundleMachine, items: Sequence[fetch.Item]) -> Requires:
     floors = [w for i in items if (w := wheel_glibc(i.path.name)) is not None]
     if env.path == "conda":
         floors += _conda_glibc(env, target.subdir)
@@ -154,7 +154,7 @@ def build(
     glibc: str | None = None,
     platform: str | None = None,
     wheelhouse: Path | None = None,
-    progress: Progress = lambda line: None,
+    progress: fetch.Progress = lambda line: None,
     force: bool = False,
 ) -> BundleResult:
     """Write the bundle of `env` to `output` (or its parts output.001, ...); an existing file
@@ -168,7 +168,7 @@ def build(
     if wheelhouse is not None:
         bundle_self.check_wheelhouse(wheelhouse)  # before any download
     target = target_of(env, glibc, provision_python, platform)
-    cache = fetch.Cache(Path(cache_dir) if cache_dir else fetch.default_cache())
+    cache = fetch.BundleCache(Path(cache_dir) if cache_dir else fetch.default_cache())
     items = env_items(env)
     if env.path == "conda":
         items += fetch.conda_packages(env.lock, target.subdir, cache, progress)
@@ -181,7 +181,7 @@ def build(
     items += bundle_self.provision_wheels(target, cache, wheelhouse, progress)
     items.append(bootstrap_item())
     items.sort(key=lambda i: (GROUPS.index(i.group), i.name))
-    manifest = Manifest(
+    manifest = BundleManifest(
         name=env.name,
         path=env.path,
         tf=env.spec.release.pin,
@@ -235,7 +235,7 @@ class _Checked:
 
 def write(
     output: Path,
-    manifest: Manifest,
+    manifest: BundleManifest,
     items: Sequence[fetch.Item],
     split: int | None,
     force: bool = False,

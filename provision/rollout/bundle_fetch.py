@@ -40,7 +40,7 @@ class Item:
 
 
 @dataclass(frozen=True)
-class Target:
+class BundleMachine:
     """The machine the bundle is for."""
 
     python: str  # the environment's Python X.Y (its wheels)
@@ -55,7 +55,7 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Cache:
+class BundleCache:
     root: Path
 
     def folder(self, kind: str) -> Path:
@@ -195,7 +195,7 @@ def _version(text: str) -> object:
     return Version(text)
 
 
-def pip_platform_args(target: Target, python: str) -> list[str]:
+def pip_platform_args(target: BundleMachine, python: str) -> list[str]:
     args = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
     for plat in target.platforms:
         args += ["--platform", plat]
@@ -221,7 +221,9 @@ def pip_reason(done: _proc.Completed) -> str:
     return " | ".join((errors or lines)[-3:]) or f"exit {done.returncode}"
 
 
-def lock_wheels(lock: Path, target: Target, cache: Cache, progress: Progress) -> list[Item]:
+def lock_wheels(
+    lock: Path, target: BundleMachine, cache: BundleCache, progress: Progress
+) -> list[Item]:
     """Every wheel of a requirements lock for the target, each one of the lock's hashes: from the
     cache, the missing ones through `pip download --require-hashes --no-deps`."""
     from provision.lock.requirements import parse_lock
@@ -279,7 +281,7 @@ def lock_wheels(lock: Path, target: Target, cache: Cache, progress: Progress) ->
 # -- conda-lock's packages ---------------------------------------------------------------------
 
 
-def conda_packages(lock: Path, subdir: str, cache: Cache, progress: Progress) -> list[Item]:
+def conda_packages(lock: Path, subdir: str, cache: BundleCache, progress: Progress) -> list[Item]:
     """The conda packages (and pip wheels) conda-lock.yml names for `subdir`, by their URLs."""
     from provision.lock import condafile
 
@@ -319,7 +321,7 @@ def system_values(path: Path) -> dict[str, str]:
     return values
 
 
-def toolkit(system_env: Path, cache: Cache, progress: Progress) -> list[Item]:
+def toolkit(system_env: Path, cache: BundleCache, progress: Progress) -> list[Item]:
     """The runfile and the cuDNN archive, checked as install-system.sh checks them: sha256 where
     the matrix records one, else md5; a file with neither is refused."""
     values = system_values(system_env)

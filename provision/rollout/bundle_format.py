@@ -99,7 +99,7 @@ class Requires:
 
 
 @dataclass(frozen=True)
-class Manifest:
+class BundleManifest:
     name: str
     path: str  # conda | pip | system
     tf: str
@@ -126,7 +126,7 @@ class Manifest:
         return (json.dumps(out, sort_keys=True, indent=1) + "\n").encode()
 
     @classmethod
-    def loads(cls, data: bytes, source: str) -> Manifest:
+    def loads(cls, data: bytes, source: str) -> BundleManifest:
         try:
             raw = diskread.loads_json(data, source)
             if not isinstance(raw, dict):

@@ -1,4 +1,4 @@
-"""A bundle's bytes: written as one file or as parts (Sink), read back across parts (Source,
+"""A bundle's bytes: written as one file or as parts (Sink), read back across parts (BundleSource,
 Reader), each part checked for presence, bundle and size before anything is read, and for its
 sha256 as it is read. The format itself is bundle_format's."""
 
@@ -144,7 +144,7 @@ class Sink:
 
 
 @dataclass(frozen=True)
-class Source:
+class BundleSource:
     """A bundle's files: one tar, or every part in order with its header."""
 
     files: tuple[Path, ...]
@@ -173,7 +173,7 @@ def _header(path: Path) -> PartHeader:
         return PartHeader.decode(fh.read(PART_HEADER), str(path))
 
 
-def open_source(path: Path) -> Source:
+def open_source(path: Path) -> BundleSource:
     """The files of the bundle at `path` (a tar, or any of its parts). Before a byte of the tar is
     read: every part is there, of this bundle, in its place and of the size its header says;
     BundleError naming each part that is not."""
@@ -185,7 +185,7 @@ def open_source(path: Path) -> Source:
             start = fh.read(PART_HEADER)
         if len(start) < PART_HEADER or start[257:262] != b"ustar":
             raise BundleError(f"{path} is not a provision bundle (neither a tar nor a part)")
-        return Source((path,), ())
+        return BundleSource((path,), ())
     base = base_of(path)
     first_path = part_path(base, 1)
     if not first_path.is_file():
@@ -217,14 +217,14 @@ def open_source(path: Path) -> Source:
         problems.append(f"the parts hold {offset} bytes, the bundle {first.total}")
     if problems:
         raise BundleError(f"{base}: " + "; ".join(problems) + "; nothing was unpacked")
-    return Source(tuple(files), tuple(headers))
+    return BundleSource(tuple(files), tuple(headers))
 
 
 class Reader:
     """The tar's bytes, across parts; each part's sha256 checked as its last byte is read, and the
     whole tar's when the stream ends. `drain()` reads what the tar reader left (its end)."""
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: BundleSource) -> None:
         self.source = source
         self.index = -1
         self.left: int | None = None  # bytes of this part still to read; None: a single tar

@@ -10,10 +10,10 @@ import tempfile
 from pathlib import Path
 
 from provision.rollout.bundle_fetch import (
-    Cache,
+    BundleCache,
+    BundleMachine,
     Item,
     Progress,
-    Target,
     cached_digests,
     digests,
     pip_platform_args,
@@ -25,7 +25,7 @@ from provision.rollout.bundle_format import BundleError
 
 
 def provision_wheels(
-    target: Target, cache: Cache, wheelhouse: Path | None, progress: Progress
+    target: BundleMachine, cache: BundleCache, wheelhouse: Path | None, progress: Progress
 ) -> list[Item]:
     """provision's wheel and its dependencies' for the target's Python and platform: from
     `wheelhouse` as they are, else resolved by pip (at this host's versions where it can), from

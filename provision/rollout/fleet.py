@@ -192,7 +192,13 @@ def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
     import tarfile
 
     from provision import install
-    from provision.rollout.bundle_format import CHUNK, MANIFEST, BundleError, Manifest, member_name
+    from provision.rollout.bundle_format import (
+        CHUNK,
+        MANIFEST,
+        BundleError,
+        BundleManifest,
+        member_name,
+    )
     from provision.rollout.bundle_io import Reader, open_source
 
     source = open_source(path)  # every part present, of one bundle, of its size
@@ -203,7 +209,7 @@ def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
             fh = tar.extractfile(info) if info and member_name(info) == MANIFEST else None
             if fh is None:
                 raise BundleError(f"{source.shown} is not a provision bundle (no manifest first)")
-            manifest = Manifest.loads(fh.read(), source.shown)
+            manifest = BundleManifest.loads(fh.read(), source.shown)
     except (tarfile.TarError, EOFError) as exc:
         raise BundleError(f"{source.shown} is damaged ({exc}): copy or bundle it again") from exc
     finally:

@@ -27,7 +27,7 @@ import shutil
 import signal
 import tarfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,18 +35,18 @@ from provision import environment, install, registry
 from provision.environment import EnvDir
 from provision.errors import InstallError, UsageError
 from provision.install import installers
+from provision.rollout.bundle_fetch import Progress
 from provision.rollout.bundle_format import (
     CHUNK,
     MANIFEST,
     BundleError,
-    Manifest,
+    BundleManifest,
     Member,
     member_name,
 )
-from provision.rollout.bundle_io import Reader, Source, open_source
+from provision.rollout.bundle_io import BundleSource, Reader, open_source
 from provision.verify import VerifyResult
 
-Progress = Callable[[str], None]
 MACHINES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
 FAULT = "PROVISION_TEST_KILL_AT"  # tests: SIGKILL this process at a named point
 
@@ -156,7 +156,9 @@ def install_from_bundle(
     )  # fmt: skip
 
 
-def _manifest(tar: tarfile.TarFile, reader: Reader, source: Source) -> tuple[Manifest, str]:
+def _manifest(
+    tar: tarfile.TarFile, reader: Reader, source: BundleSource
+) -> tuple[BundleManifest, str]:
     info = tar.next()
     if info is None or member_name(info) != MANIFEST:
         raise BundleError(
@@ -169,13 +171,13 @@ def _manifest(tar: tarfile.TarFile, reader: Reader, source: Source) -> tuple[Man
         )
     fh = tar.extractfile(info)
     data = fh.read(MANIFEST_LIMIT + 1) if fh is not None else b""
-    return Manifest.loads(data, source.shown), hashlib.sha256(data).hexdigest()
+    return BundleManifest.loads(data, source.shown), hashlib.sha256(data).hexdigest()
 
 
 MANIFEST_LIMIT = 64 << 20  # a bundle of 100,000 members has a manifest of about 20 MB
 
 
-def check_same_inputs(manifest: Manifest, source: str, force: bool) -> None:
+def check_same_inputs(manifest: BundleManifest, source: str, force: bool) -> None:
     """An environment of the bundle's name that is already built here from another lock is
     replaced only with --force: it may be someone's own, of the same name, from other inputs."""
     old = registry.get(manifest.name)
@@ -200,7 +202,7 @@ def host_driver() -> str:
     return facts.driver.version if facts.driver is not None else ""
 
 
-def preflight(manifest: Manifest, require_gpu: bool) -> list[str]:
+def preflight(manifest: BundleManifest, require_gpu: bool) -> list[str]:
     """Every reason this host cannot build the bundle's environment, in plain words."""
     from packaging.version import InvalidVersion, Version
 
@@ -276,8 +278,8 @@ def staging_dir(digest: str) -> Iterator[Path]:
 
 
 def unpack(
-    tar: tarfile.TarFile, reader: Reader, source: Source, manifest: Manifest, into: Path,
-    progress: Progress,
+    tar: tarfile.TarFile, reader: Reader, source: BundleSource, manifest: BundleManifest,
+    into: Path, progress: Progress,
 ) -> None:  # fmt: skip
     """Every member the manifest lists, in its order, each checked against its sha256 and size;
     nothing the manifest does not list; then the rest of the bundle (its parts' checksums)."""
@@ -306,7 +308,7 @@ def unpack(
 
 
 def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo, member: Member, dest: Path,
-             source: Source) -> None:  # fmt: skip
+             source: BundleSource) -> None:  # fmt: skip
     dest.parent.mkdir(parents=True, exist_ok=True)
     fh = tar.extractfile(info)
     if fh is None:
@@ -373,7 +375,9 @@ def _same_tree(a: Path, b: Path) -> bool:
     return files(a) == files(b)
 
 
-def _offline(env: EnvDir, manifest: Manifest, staging: Path, solver: str) -> installers.Offline:
+def _offline(
+    env: EnvDir, manifest: BundleManifest, staging: Path, solver: str
+) -> installers.Offline:
     """Where the build finds each file. conda path: a copy of the lock whose pip URLs name the
     staged wheels; its conda packages are found in the staged package cache by provision-conda
     (so conda-meta keeps the channel's URLs), or named by file:// URLs for another solver."""
@@ -398,7 +402,9 @@ def _offline(env: EnvDir, manifest: Manifest, staging: Path, solver: str) -> ins
     return installers.Offline(wheels, path, staging / "conda" if builtin else None)
 
 
-def _toolkit_args(manifest: Manifest, staging: Path, args: tuple[str, ...]) -> tuple[str, ...]:
+def _toolkit_args(
+    manifest: BundleManifest, staging: Path, args: tuple[str, ...]
+) -> tuple[str, ...]:
     """system path: the staged runfile and cuDNN archive, for install-system.sh."""
     if manifest.path != "system":
         return args

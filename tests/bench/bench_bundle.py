@@ -63,7 +63,7 @@ def main() -> int:
     provision = [sys.executable, "-m", "provision"]
     bundle_argv = [*provision, "bundle", args.env, "--out", str(ROOT / "envs"), "-q",
                    "--cache-dir", str(cache), "-o"]  # fmt: skip
-    target = bundle_fetch.Target(env.python, env.python, "x86_64", host_glibc(), "linux-64")
+    target = bundle_fetch.BundleMachine(env.python, env.python, "x86_64", host_glibc(), "linux-64")
     download_argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes",
                      "-r", str(env.lock), "--disable-pip-version-check", "--quiet",
                      *bundle_fetch.pip_platform_args(target, env.python), "-d"]  # fmt: skip
