@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import clitools
 import pytest
 
 from provision.rollout import bundle_fetch, bundle_self
@@ -67,9 +68,10 @@ def offline(argv: list[str], env: dict[str, str] | None = None, timeout: float =
     )  # fmt: skip
 
 
-def provision_offline(*args: str, env: dict[str, str] | None = None
-                      ) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    return offline([sys.executable, "-m", "provision", *args], env)
+# provision ARGS with no network, as offline() runs argv: env on top of os.environ, 600 s.
+provision_offline = functools.partial(
+    clitools.provision, prefix=[shutil.which("unshare") or "unshare", "-n"], timeout=600
+)
 
 
 def leftovers(home: Path) -> list[str]:

@@ -183,3 +183,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         uses = set(getattr(item, "fixturenames", ()))
         if uses & INDEX_FIXTURES or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.index)
+
+
+# -- bundles: provision's own wheels for this host's Python (tests/bundletools.py) --------------
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of provision's wheel and its dependencies' for this host's Python, as a bundle
+    gathers them (`--provision-wheels` takes it); built once per session, read-only for tests."""
+    from bundletools import provision_wheelhouse
+
+    return provision_wheelhouse(tmp_path_factory.mktemp("provision-wheels"))

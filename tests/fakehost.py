@@ -15,7 +15,6 @@ Compiled objects are cached per session (`lib_cache`), so a test builds each one
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
@@ -487,18 +486,12 @@ class FakeHost:
         self, *args: str, timeout: float = 60, **env: str
     ) -> subprocess.CompletedProcess[str]:
         """The installed CLI in a fresh process (real argv, real exit code, real environment)."""
-        import sys
+        import clitools
 
-        full = {k: v for k, v in os.environ.items() if k not in SCRUB}
-        full.update({k: v for k, v in self.env.items() if v is not None}, **env)
-        return subprocess.run(
-            [sys.executable, "-m", "provision", "doctor", *args],
-            cwd=Path(__file__).resolve().parent.parent,
-            env={**full, "PROVISION_HOST_ROOT": str(self.root), "HOME": self.home},
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
+        full = {k: v for k, v in self.env.items() if v is not None}
+        full.update(env, PROVISION_HOST_ROOT=str(self.root), HOME=self.home)
+        return clitools.provision(
+            "doctor", *args, env=full, unset=SCRUB, cwd=clitools.ROOT, timeout=timeout
         )
 
 

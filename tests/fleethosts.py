@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import fakehost
+import httpserve
 
 PREFIX = "pvfleet"
 
@@ -406,16 +407,12 @@ def serve(root: Path) -> Iterator[Index]:
 @contextlib.contextmanager
 def serving(index: Index) -> Iterator[Index]:
     """`index` served at INDEX on a port of its own, until the block ends."""
-    server = http.server.ThreadingHTTPServer((INDEX, 0), _handler(index))
-    server.daemon_threads = True
-    index.url = f"http://{INDEX}:{server.server_address[1]}/simple"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield index
-    finally:
-        index.release.set()
-        server.shutdown()
-        server.server_close()
+    with httpserve.Server(_handler(index), host=INDEX) as server:
+        index.url = f"{server.url}/simple"
+        try:
+            yield index
+        finally:
+            index.release.set()
 
 
 def provision_requirements() -> list[str]:

@@ -37,6 +37,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import httpserve
+
 from provision.matrix import Matrix
 
 # Fixture data, not project data: versions of packages the matrix does not describe.
@@ -496,17 +498,17 @@ class Server:
 
     def __init__(self, root: Path, max_age: int | None = None):
         handler = functools.partial(_QuietHandler, directory=str(root))
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        # No request is served before __init__ returns: the handler's state is set after start.
+        self.served = httpserve.Server(handler, daemon_threads=False)
+        self.httpd = self.served.httpd
         self.root = root
         self.requests: list[str] = []
         self.httpd.max_age = max_age  # type: ignore[attr-defined]
         self.httpd.requests = self.requests  # type: ignore[attr-defined]
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = self.served.url
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.served.stop()
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -562,11 +564,9 @@ class StallingServer:
     """Answers HEAD at once and never answers GET: a channel that looks alive, then hangs."""
 
     def __init__(self) -> None:
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StallingHandler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.served = httpserve.Server(_StallingHandler)
+        self.httpd = self.served.httpd
+        self.url = self.served.url
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.served.stop()

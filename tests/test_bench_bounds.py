@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+import clitools
 import pytest
 import tfvenv
 from click.testing import CliRunner
@@ -69,10 +69,9 @@ def hooked(tf_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def bench_json(python: Path, *args: str, **env: str) -> tuple[int, dict[str, Any], str]:
     """`provision bench --python PYTHON ARGS --json` as a user runs it: exit, report, stderr."""
-    done = subprocess.run(
-        [sys.executable, "-m", "provision", "bench", "--python", str(python), *args, "--json"],
-        capture_output=True, text=True, timeout=900, env={**os.environ, **env},
-    )  # fmt: skip
+    done = clitools.provision(
+        "bench", "--python", str(python), *args, "--json", timeout=900, env=env
+    )
     assert done.stdout.strip(), done.stderr[-3000:]
     return done.returncode, json.loads(done.stdout), done.stderr
 

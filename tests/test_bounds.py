@@ -11,6 +11,7 @@ their output open; the temporary payload; fleet inventories that name no host.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -21,19 +22,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import clitools
 import pytest
-from tinyindex import Env, Index, run_cli
+from clitools import run_cli
+from tinyindex import Env, Index
 
 from provision import diskread, environment, registry
 
 HANG = 120  # seconds: only a hang gets near it
 
 
-def provision(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", *argv], capture_output=True, text=True,
-        timeout=HANG, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+provision = functools.partial(clitools.provision, timeout=HANG, stdin=subprocess.DEVNULL)
 
 
 def one_error(done: subprocess.CompletedProcess[str], code: int = 1) -> str:
@@ -114,12 +113,12 @@ def test_a_registry_record_that_never_ends_never_hangs_list_show_or_remove(
     home = tmp_path / "home"
     (home / "registry").mkdir(parents=True)
     make(home / "registry" / "bad.json")
-    listed = provision("list", "--json", PROVISION_HOME=str(home))
+    listed = provision("list", "--json", env={"PROVISION_HOME": str(home)})
     assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
     rows = json.loads(listed.stdout)
     assert [r["name"] for r in rows] == ["bad"] and phrase in json.dumps(rows), rows
     for argv in (["show", "bad"], ["remove", "bad"]):
-        done = provision(*argv, PROVISION_HOME=str(home))
+        done = provision(*argv, env={"PROVISION_HOME": str(home)})
         assert phrase in one_error(done, done.returncode), done.stderr
         assert done.returncode in (1, 2)
     bad = home / "registry" / "bad.json"
@@ -170,7 +169,8 @@ def _bundle_with_manifest(path: Path, data: bytes) -> None:
 def test_a_bundle_manifest_that_never_parses_is_one_line(data: bytes, tmp_path: Path) -> None:
     bundle = tmp_path / "b.tar"
     _bundle_with_manifest(bundle, data)
-    done = provision("install", "--from-bundle", str(bundle), PROVISION_HOME=str(tmp_path / "h"))
+    home = {"PROVISION_HOME": str(tmp_path / "h")}
+    done = provision("install", "--from-bundle", str(bundle), env=home)
     assert "manifest is damaged" in one_error(done), done.stderr
 
 
@@ -223,7 +223,9 @@ def test_verify_is_not_held_by_a_grandchild_that_keeps_the_output_open(tmp_path:
 def test_verify_leaves_no_payload_in_the_temporary_folder(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    done = provision("verify", "--python", sys.executable, "--timeout", "30", TMPDIR=str(tmp))
+    done = provision(
+        "verify", "--python", sys.executable, "--timeout", "30", env={"TMPDIR": str(tmp)}
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert list(tmp.iterdir()) == []
 
@@ -232,7 +234,7 @@ def test_bench_leaves_no_payload_in_the_temporary_folder(tmp_path: Path) -> None
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     done = provision("bench", "--python", sys.executable, "--steps", "1", "--warmup", "0",
-                     "--timeout", "60", TMPDIR=str(tmp))  # fmt: skip
+                     "--timeout", "60", env={"TMPDIR": str(tmp)})  # fmt: skip
     assert "Traceback" not in done.stderr, done.stderr
     assert list(tmp.iterdir()) == []
 

@@ -19,17 +19,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from bundletools import leftovers, needs_unshare, provision_offline, provision_wheelhouse
-from tinyindex import Env, Index, run_cli
+from bundletools import leftovers, needs_unshare, provision_offline
+from clitools import run_cli
+from tinyindex import Env, Index
 
 from provision import install
 from provision.rollout import bundle_format
 from provision.rollout.bundle_format import MTIME, ROOT, BundleManifest
-
-
-@pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return provision_wheelhouse(tmp_path_factory.mktemp("provision-wheels"))
 
 
 def make_bundle(env: Env, dest: Path, *extra: str, wheels: Path | None = None) -> Path:

@@ -32,19 +32,14 @@ from bundletools import (
     needs_unshare,
     offline,
     provision_offline,
-    provision_wheelhouse,
 )
-from tinyindex import Env, Index, run_cli
+from clitools import run_cli
+from tinyindex import Env, Index
 
 from provision import environment, install, matrix, tools
 from provision.matrix.spec import all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="session")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return provision_wheelhouse(tmp_path_factory.mktemp("provision-wheels"))
 
 
 def reseal(folder: Path, *rels: str) -> None:

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clitools import run_cli
 from fakehost import H200, SMI_QUERY, FakeHost
-from tinyindex import Env, Index, run_cli, site_packages
+from tinyindex import Env, Index, site_packages
 
 from provision import matrix
 from provision.facts import store

@@ -9,27 +9,19 @@ holding this host's real CPython and NVIDIA's real CUDA runtime and cuDNN librar
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import clitools
 import pytest
 
 from provision import install, matrix, tools
 from provision.create import VERIFY_MARKER
 
-PROVISION = [sys.executable, "-m", "provision"]
-
-
-def provision(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 1800
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*PROVISION, *args], capture_output=True, text=True, timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
+provision = functools.partial(clitools.provision, timeout=1800)
 
 
 def summary(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
@@ -310,10 +302,9 @@ def test_an_environment_works_without_activation_and_as_a_jupyter_kernel(
     prefix = Path(home["PROVISION_HOME"]) / "envs" / f"tf{tf}-pip"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    verified = subprocess.run(
-        [*PROVISION, "verify", "--python", str(prefix / "bin" / "python")],
-        capture_output=True, text=True, cwd=elsewhere, timeout=900,
-        env={**os.environ, **env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    verified = provision(
+        "verify", "--python", str(prefix / "bin" / "python"), cwd=elsewhere, timeout=900,
+        env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
     )  # fmt: skip
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert verified.stdout.strip().splitlines()[-1].startswith("verify: PASS")

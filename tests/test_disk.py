@@ -10,7 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tinyindex import Env, Index, run_cli
+from clitools import run_cli
+from tinyindex import Env, Index
 
 from provision import caches
 

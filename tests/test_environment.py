@@ -5,27 +5,24 @@ test's own index (tests/test_install.py), through the real CLI.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import clitools
 import pytest
-from tinyindex import Env, Index, run_cli
+from clitools import run_cli
+from tinyindex import Env, Index
 
 from provision import environment, install
 
-PROVISION = [sys.executable, "-m", "provision"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def provision(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*PROVISION, *args], capture_output=True, text=True, timeout=300, cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+provision = functools.partial(clitools.provision, timeout=300, env={"PYTHONPATH": str(ROOT)})
 
 
 @pytest.fixture

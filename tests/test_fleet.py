@@ -29,7 +29,8 @@ import fakehost
 import fleethosts
 import pytest
 from bundletools import provision_wheelhouse
-from tinyindex import TINY, Env, build_wheel, pip_release, run_cli
+from clitools import run_cli
+from tinyindex import TINY, Env, build_wheel, pip_release
 
 from provision.rollout import bundle_fetch
 

@@ -4,6 +4,7 @@ headless Chromium), and what fleet refuses it refuses before Ansible starts."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -11,12 +12,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import clitools
 import pytest
-from click.testing import CliRunner
 
 from provision import environment
 from provision.cli import present
-from provision.cli.commands import cli
 from provision.rollout import fleet, fleet_report, selfwheel
 from provision.rollout.fleet_report import FleetResult, HostResult, Status
 
@@ -144,9 +144,7 @@ def test_the_html_page_in_headless_chromium(tmp_path: Path) -> None:
         shutil.copyfile(shot, keep)
 
 
-def run_cli(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(cli, list(args))
-    return res.exit_code, res.output
+run_cli = functools.partial(clitools.run_cli, quiet=False, crash=False)
 
 
 def test_refusals_before_ansible_starts(tmp_path: Path) -> None:

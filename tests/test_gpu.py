@@ -7,13 +7,14 @@ build: PROVISION_GPU_PYTHON names it (an environment built by provision, or any 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import clitools
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -29,9 +30,7 @@ def nvidia_smi(*query: str) -> list[str]:
     return [line.strip() for line in done.stdout.splitlines() if line.strip()]
 
 
-def provision(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "provision", *args], capture_output=True,
-                          text=True, timeout=900, env=dict(os.environ))  # fmt: skip
+provision = functools.partial(clitools.provision, timeout=900)
 
 
 def test_doctor_reads_the_gpus_and_driver_nvidia_smi_reports() -> None:

@@ -6,23 +6,18 @@ out of the message) and checks that the step that failed now passes.
 
 from __future__ import annotations
 
-import os
+import functools
 import re
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+import clitools
 import pytest
 from tinyindex import Env, Index
 
-PROVISION = [sys.executable, "-m", "provision"]
-
-
-def provision(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PROVISION, *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env=dict(os.environ), stdin=subprocess.DEVNULL)  # fmt: skip
+provision = functools.partial(clitools.provision, timeout=300, stdin=subprocess.DEVNULL)
 
 
 def hinted(message: str, verb: str = "") -> list[str]:

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tinyindex import ROOT, Env, Index, bash, pip_release, run_cli, site_packages
+from clitools import run_cli
+from tinyindex import ROOT, Env, Index, bash, pip_release, site_packages
 
 from provision import environment, install, matrix, tools
 from provision.errors import InstallError

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tinyindex import Env, Index, run_cli
+from clitools import run_cli
+from tinyindex import Env, Index
 
 from provision import environment, install
 

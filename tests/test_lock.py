@@ -4,6 +4,7 @@ simple index (offline) here, and against the real index in the tests marked slow
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import clitools
 import localchannel
 import pytest
 import yaml
@@ -40,10 +42,7 @@ CUDA12 = row(lambda cu, dn: cu.major == 12)
 PIP_ROW = next(r.tf for r in reversed(M.finals) if spec.refusal(M, r, "pip") is None)
 
 
-def provision(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "provision"
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+provision = functools.partial(clitools.provision, script=True, timeout=600)
 
 
 def render(out: Path, tf: str, path: str = "conda") -> str:

@@ -5,18 +5,17 @@ built-in solver against the local channel; uv against a local index) and then ta
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import clitools
 import localchannel
 import pytest
 from click.testing import CliRunner
@@ -38,10 +37,7 @@ BODY_TAG = "# provision-body-sha256: "
 END_TAG = "# provision-lock-end: "
 
 
-def provision(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "provision"
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+provision = functools.partial(clitools.provision, script=True, timeout=600)
 
 
 def render(out: Path, tf: str, path: str) -> str:

@@ -22,7 +22,8 @@ import io
 import tarfile
 from pathlib import Path
 
-from tinyindex import TINY, Env, Index, run_cli
+from clitools import run_cli
+from tinyindex import TINY, Env, Index
 
 from provision import registry
 

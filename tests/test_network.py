@@ -9,15 +9,15 @@ does: SSL_CERT_FILE, REQUESTS_CA_BUNDLE and the PIP_* variables are unset.
 from __future__ import annotations
 
 import datetime
-import http.server
 import ipaddress
 import ssl
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpserve
 import pytest
-from tinyindex import Env, Index, _handler, run_cli
+from clitools import run_cli
+from tinyindex import Env, Index, _handler
 
 from provision import tools
 
@@ -99,20 +99,12 @@ def lab_index(tmp_path: Path, index: Index, monkeypatch: pytest.MonkeyPatch) -> 
     certs = tmp_path / "lab"
     certs.mkdir()
     ca, cert, key = _ca_and_leaf(certs)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(index))
-    server.daemon_threads = True
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    conf = certs / "pip.conf"
-    conf.write_text(
-        f"[global]\nindex-url = https://127.0.0.1:{server.server_address[1]}/simple\ncert = {ca}\n"
-    )
-    yield conf
-    server.shutdown()
-    server.server_close()
+    with httpserve.Server(_handler(index), tls=context) as server:
+        conf = certs / "pip.conf"
+        conf.write_text(f"[global]\nindex-url = {server.url}/simple\ncert = {ca}\n")
+        yield conf
 
 
 def _only_pip_conf(monkeypatch: pytest.MonkeyPatch, conf: Path) -> None:

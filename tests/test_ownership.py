@@ -20,10 +20,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import clitools
 import pytest
 from bundletools import needs_unshare
 from click.testing import CliRunner
-from tinyindex import Env, Index, run_cli
+from clitools import run_cli
+from tinyindex import Env, Index
 
 from provision import install, registry
 from provision.cli.commands import cli
@@ -451,12 +453,10 @@ def _can_bind_read_only() -> bool:
 
 def _read_only(folder: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     """provision ARGV with folder mounted read-only (a private mount namespace: root too)."""
-    command = " ".join(f"'{a}'" for a in (sys.executable, "-m", "provision", *argv))
-    script = (
-        f"mount --bind '{folder}' '{folder}' && mount -o remount,bind,ro '{folder}' && {command}"
+    script = f"mount --bind '{folder}' '{folder}' && mount -o remount,bind,ro '{folder}' && \"$@\""
+    return clitools.provision(
+        *argv, prefix=["unshare", "-m", "sh", "-c", script, "sh"], timeout=300
     )
-    return subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
-                          env={**os.environ}, timeout=300)  # fmt: skip
 
 
 @pytest.mark.skipif(not _can_bind_read_only(), reason="needs root and unshare for a ro mount")
@@ -477,13 +477,6 @@ def test_a_read_only_registry_stops_install_and_remove_before_they_change_anythi
 
 
 # -- a bundle of a name that is already built here ----------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from bundletools import provision_wheelhouse
-
-    return provision_wheelhouse(tmp_path_factory.mktemp("provision-wheels"))
 
 
 @needs_unshare

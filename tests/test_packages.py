@@ -9,6 +9,7 @@ clash with it. The real uv resolves and installs; the venvs are real.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -21,7 +22,8 @@ from pathlib import Path
 import localchannel
 import pytest
 from bundletools import needs_unshare, provision_offline, provision_wheelhouse
-from tinyindex import pip_release, run_cli
+from clitools import run_cli as cli
+from tinyindex import pip_release
 
 from provision import matrix
 from provision.lock.requirements import pins
@@ -84,10 +86,6 @@ def out(user_index: tuple[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path:
     monkeypatch.setenv("PIP_INDEX_URL", user_index[0])
     monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))  # builds of this test only
     return tmp_path / "envs"
-
-
-def cli(*args: str) -> tuple[int, str]:
-    return run_cli(*args)
 
 
 def render(out: Path, *with_: str) -> Path:
@@ -226,13 +224,7 @@ def test_a_conflict_is_explained_in_a_few_lines(
     assert code == 1 and "No solution found when resolving dependencies" in verbose
 
 
-def run_cli_verbose(*args: str) -> tuple[int, str]:
-    from click.testing import CliRunner
-
-    from provision.cli.commands import cli as group
-
-    res = CliRunner().invoke(group, ["-v", *args])
-    return res.exit_code, res.output
+run_cli_verbose = functools.partial(cli, quiet=False, verbose=True, crash=False)
 
 
 # -- the smallest change, as of when they were declared, upgrades -------------------------------
@@ -461,9 +453,7 @@ def test_conda_path_locks_a_pypi_package_in_its_pip_section(
     assert locked["tensorflow"]["version"] == s.release.pin
     code, text = cli("lock", s.name, "--out", str(out), "--check", "--channel", local_channel.url)
     assert code == 0, text
-    # add and drop sync pip and system path environments in place; a conda one says what to do.
-    code, text = cli("add", s.name, "pandas", "--out", str(out))
-    assert code == 2 and "conda path" in text
+    # add and drop on the conda path, with a build to sync: tests/test_conda_sync.py.
 
 
 # -- PyTorch beside TensorFlow: one CUDA line ------------------------------------------------------

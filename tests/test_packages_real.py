@@ -4,12 +4,13 @@ matplotlib added to the built environment in place and verified again, then drop
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
+import clitools
 import pytest
 
 from provision import tools
@@ -18,11 +19,7 @@ TF = "2.13"
 PYTHON = "3.11"
 
 
-def provision(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", *args], capture_output=True, text=True,
-        env={**os.environ, **env}, timeout=1800,
-    )  # fmt: skip
+provision = functools.partial(clitools.provision, timeout=1800)
 
 
 @pytest.mark.slow

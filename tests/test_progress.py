@@ -7,25 +7,20 @@ uv prints its downloads of a file that size), through the real CLI in a fresh pr
 
 from __future__ import annotations
 
+import functools
 import io
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
+import clitools
 from tinyindex import Env, Index
 
 from provision import bench
 from provision.progress import Event, Presenter
 from provision.toolout import InstallerLines
 
-PROVISION = [sys.executable, "-m", "provision"]
-
-
-def provision(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PROVISION, *args], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ), stdin=subprocess.DEVNULL)  # fmt: skip
+provision = functools.partial(clitools.provision, timeout=300, stdin=subprocess.DEVNULL)
 
 
 def test_install_shows_the_download_with_size_and_rate_on_stderr(index: Index, env: Env) -> None:

@@ -16,6 +16,7 @@ After an intended template change, regenerate them with
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -27,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+import clitools
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -111,15 +113,7 @@ WITH_FIXTURE = [
 ]
 
 
-def provision(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", *args],
-        cwd=cwd or ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+provision = functools.partial(clitools.provision, cwd=ROOT, timeout=120)
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -1011,3 +1005,27 @@ def test_names_yaml_would_retype_stay_strings_in_environment_yml(name: str) -> N
     data = yaml.safe_load(render_module.render(spec, m)["environment.yml"])
     assert data["name"] == name
     assert data["dependencies"][-1] == {"pip": list(spec.pip_requirements)}
+
+
+def test_a_cache_folder_that_went_away_between_two_renders_in_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compiled templates go to the cache folder the environment names at each render: one that
+    was removed since (a test's, a caller's) is never written into again."""
+    release = matrix_module.load().newest.tf
+    first = tmp_path / "first-cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(first))
+    result = CliRunner().invoke(
+        cli, ["render", "--tf", release, "--path", "pip", "--out", str(tmp_path / "a")]
+    )
+    assert result.exit_code == 0, result.output
+    assert list((first / "provision" / "jinja").iterdir())
+    shutil.rmtree(first)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "second-cache"))
+    result = CliRunner().invoke(
+        cli, ["render", "--tf", release, "--path", "pip", "--out", str(tmp_path / "b")]
+    )
+    assert result.exit_code == 0, result.output
+    assert not first.exists() and list(
+        (tmp_path / "second-cache" / "provision" / "jinja").iterdir()
+    )

@@ -24,10 +24,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpserve
 import pytest
 from fakes.nvidia import Artifacts, build_cudnn_archive, elf_soname, sha256_file
 
@@ -935,15 +935,13 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[_RangeServer]:
-    srv = _RangeServer(("127.0.0.1", 0), _RangeHandler)
-    srv.folder = tmp_path / "served"
-    srv.folder.mkdir()
-    srv.requests = []
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with httpserve.Server(_RangeHandler, server_class=_RangeServer, daemon_threads=False) as served:
+        srv = served.httpd
+        assert isinstance(srv, _RangeServer)
+        srv.folder = tmp_path / "served"  # set before the first request: none comes before yield
+        srv.folder.mkdir()
+        srv.requests = []
+        yield srv
 
 
 def served_spec(spec: EnvSpec, art: Artifacts, server: _RangeServer) -> EnvSpec:

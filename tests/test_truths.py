@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tinyindex import Env, Index, run_cli
+from clitools import run_cli
+from tinyindex import Env, Index
 
 from provision import registry
 from provision.payload import cudaerrors

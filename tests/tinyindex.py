@@ -18,8 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpserve
 import pytest
 from click.testing import CliRunner
+from clitools import run_cli
 
 from provision import environment, matrix
 from provision.cli.commands import cli
@@ -130,11 +132,8 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Index]:
     folder = tmp_path / "index"
     folder.mkdir()
     idx = Index(folder)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(idx))
-    server.daemon_threads = True
-    idx.url = f"http://127.0.0.1:{server.server_address[1]}/simple"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = httpserve.Server(_handler(idx))
+    idx.url = f"{server.url}/simple"
     # pip's configuration is what provision reads (and hands to uv): this index, nothing else.
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", idx.url)
@@ -147,8 +146,7 @@ def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Index]:
     monkeypatch.setenv("PIP_CACHE_DIR", str(tmp_path / "pip-cache"))
     yield idx
     idx.release.set()
-    server.shutdown()
-    server.server_close()
+    server.stop()
 
 
 # -- an environment directory rendered by provision, locked to the small wheel -----------------
@@ -220,18 +218,6 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     return Env(out, "tiny", home)
-
-
-def run_cli(*args: str) -> tuple[int, str]:
-    """(exit code, what it printed): results and errors. Progress is off (-q): CliRunner mixes
-    stderr into the output, and these tests read results (tests/test_progress.py reads progress)."""
-    res = CliRunner().invoke(cli, ["-q", *args])
-    crash = (
-        ""
-        if res.exception is None or isinstance(res.exception, SystemExit)
-        else repr(res.exception)
-    )
-    return res.exit_code, res.output + crash
 
 
 def bash(script: str, env: dict[str, str] | None = None) -> str:

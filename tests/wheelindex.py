@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpserve
 import pytest
 
 BUILD_INFO = "tensorflow/python/platform/build_info.py"
@@ -213,13 +214,9 @@ def wheel_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Whe
     folder = tmp_path / "wheel-index"
     folder.mkdir()
     idx = WheelIndex(folder)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(idx))
-    server.daemon_threads = True
-    idx.url = f"http://127.0.0.1:{server.server_address[1]}/simple"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = httpserve.Server(_handler(idx))
+    idx.url = f"{server.url}/simple"
     monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("PIP_INDEX_URL", idx.url)
     yield idx
-    server.shutdown()
-    server.server_close()
+    server.stop()

@@ -14,6 +14,7 @@ wall times is printed. Target: add <= 1.2x the baseline. Exits 1 when it is miss
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -24,13 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import clitools
+
 TARGET = 1.2
 
-
-def provision(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "provision", "-q", *args], capture_output=True, text=True
-    )
+provision = functools.partial(clitools.provision, "-q")
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:

@@ -29,7 +29,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import fakehost  # noqa: E402
 import fleethosts  # noqa: E402
-from tinyindex import TINY, Env, build_wheel, pip_release, run_cli  # noqa: E402
+from clitools import run_cli  # noqa: E402
+from tinyindex import TINY, Env, build_wheel, pip_release  # noqa: E402
 
 TARGET = 2.0
 
