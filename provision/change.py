@@ -1,9 +1,10 @@
 """`provision add NAME SPEC…` and `provision drop NAME PKG…`: change the user's packages later.
 
 Each edits packages.in (the user's file: their other lines and comments stay), re-locks with the
-smallest change (userlock: every other pin stays unless the change needs it to move), says what
-moved, then brings a built environment along in place (install/sync: only the difference, hashes
-checked) and verifies it again. When anything fails, packages.in, the lock and the prefix are put
+smallest change (userlock: every other pin stays unless the change needs it to move; the conda
+path re-locks with conda-lock), says what moved, then brings a built environment along in place
+(install/sync: only the difference, hashes or checksums checked, on every path) and verifies it
+again. When anything fails, packages.in, the lock and the prefix are put
 back as they were, and the failure is said in one line (a conflict in a few).
 """
 
@@ -14,10 +15,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision import diskread, environment, userpackages
+from provision import diskread, environment, fileio, userpackages
 from provision.environment import EnvDir, Found
 from provision.errors import UsageError, VerifyError
-from provision.lock.lockfile import write_atomic
+from provision.fileio import write_atomic
 from provision.progress import Event, Report, nothing
 
 
@@ -81,13 +82,6 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
     env = found.env
     found.editable(f"provision {'drop' if dropping else 'add'}")
     result = Changed(env.name)
-    if env.path == "conda":
-        raise UsageError(
-            f"{env.name} is on the conda path: add and drop change pip and system path "
-            f"environments in place; for it, edit {env.user_file} (a conda-forge package a line, "
-            f"`pypi: SPEC` for the index), then: provision lock {env.name} && provision install "
-            f"{env.name} --force"
-        )
     if old_text == new_text and _fresh(env):
         result.lines.append(f"{env.user_file}: nothing to change ({what} as it is)")
         return result
@@ -98,7 +92,7 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
         write_atomic(env.user_file, new_text)
         locked = lock.run(env.root.parent, env.name)
         new_lock = env.lock.read_text(encoding="utf-8")
-        result.moved = moved(old_lock or "", new_lock)
+        result.moved = moved(old_lock or "", new_lock, conda=env.path == "conda")
         result.lines.append(locked.summary)
         if prefix is None:
             result.lines.append(
@@ -125,7 +119,7 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, new_lock: str, ve
     )
     try:
         if record is not None:
-            registry.put(replace(record, lock_sha256=install.sha256_file(env.lock)))
+            registry.put(replace(record, lock_sha256=fileio.sha256_file(env.lock)))
         if verify:
             from provision import verify as verify_mod
 
@@ -147,11 +141,18 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, new_lock: str, ve
         store.record_quietly(env.name, "add")
 
 
-def moved(old_lock: str, new_lock: str) -> list[str]:
-    """What changed between two requirements locks, a line a package, sorted by name."""
-    from provision.lock.requirements import pins
+def moved(old_lock: str, new_lock: str, *, conda: bool = False) -> list[str]:
+    """What changed between two locks (a conda lock: its conda and pip packages for this host), a
+    line a package, sorted by name."""
+    if conda:
+        from provision.install.condasync import versions
 
-    before, after = pins(old_lock), pins(new_lock)
+        before = versions(old_lock) if old_lock else {}
+        after = versions(new_lock)
+    else:
+        from provision.lock.requirements import pins
+
+        before, after = pins(old_lock), pins(new_lock)
     out = []
     for name in sorted(before.keys() | after.keys()):
         a, b = before.get(name), after.get(name)

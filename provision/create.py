@@ -10,16 +10,14 @@ step failed and what to do. Nothing here prints: progress goes to a callback, th
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from provision import environment, registry, tools
+from provision import environment, fileio, registry, tools
 from provision import install as install_mod
 from provision.errors import InstallError, ProvisionError, UsageError
 from provision.progress import Event, Report, nothing
@@ -266,9 +264,7 @@ def _verify_key(prefix: Path) -> str:
     from provision import payload_app
 
     marker = install_mod.read_marker(prefix) or {}
-    h = hashlib.sha256(str(marker.get("inputs_sha256", "")).encode())
-    h.update(payload_app.digest().encode())
-    return h.hexdigest()
+    return fileio.sha256_text(str(marker.get("inputs_sha256", "")) + payload_app.digest())
 
 
 def _verify(
@@ -297,8 +293,6 @@ def _verify(
     smoke = outcome.as_json()
     result.report, result.cpu_only = smoke, outcome.cpu_only
     if outcome.ok and owned:
-        tmp = cache.with_suffix(".tmp")
         record = {"key": key, "ok": True, "cpu_only": outcome.cpu_only, "report": smoke}
-        tmp.write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(tmp, cache)
+        fileio.write_atomic(cache, json.dumps(record, indent=2) + "\n")
     return outcome.as_step(_named(name, out))

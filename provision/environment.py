@@ -20,6 +20,7 @@ from pathlib import Path
 
 from provision import _proc, diskread, records, registry, userpackages
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
+from provision.fileio import sha256_bytes
 from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, PathKind, resolve
 
 MANIFEST = "provision.json"
@@ -126,12 +127,6 @@ class Manifest:
         return cls(Request.from_json(request), dict(files), name if isinstance(name, str) else None)
 
 
-def _sha256(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
-
-
 @dataclass(frozen=True)
 class EnvDir:
     """envs/<name>/ as it is on disk: its manifest, and the spec that manifest resolves to."""
@@ -227,7 +222,7 @@ class EnvDir:
             except (OSError, diskread.Unreadable) as exc:  # gone; a FIFO, a device, a folder
                 changed.append(f"{rel} ({'missing' if isinstance(exc, OSError) else 'not a file'})")
                 continue
-            if _sha256(data) != sha:
+            if sha256_bytes(data) != sha:
                 changed.append(rel)
         return changed
 

@@ -9,15 +9,15 @@ atomically and checked before each use, so concurrent runs (and other users) can
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
-import tempfile
 import zipfile
 from collections.abc import Sequence
 from io import BytesIO
 from pathlib import Path
 from typing import Literal
+
+from provision.fileio import sha256_bytes, write_atomic
 
 Program = Literal["smoke", "bench"]
 
@@ -48,11 +48,7 @@ def _members() -> list[tuple[str, bytes]]:
 
 
 def _digest(members: Sequence[tuple[str, bytes]]) -> str:
-    h = hashlib.sha256()
-    for name, data in members:
-        h.update(f"{name}\0{len(data)}\0".encode())
-        h.update(data)
-    return h.hexdigest()
+    return sha256_bytes(b"".join(f"{name}\0{len(d)}\0".encode() + d for name, d in members))
 
 
 def digest() -> str:
@@ -72,18 +68,6 @@ def _zip_bytes(members: Sequence[tuple[str, bytes]]) -> bytes:
     return buffer.getvalue()
 
 
-def _write_atomic(dest: Path, data: bytes, mode: int) -> None:
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_zipapp(dest: Path) -> Path:
     """Write the payload's zipapp to `dest` (atomically, executable), e.g. smoke-test.pyz next to
     an exported environment, where `python -I smoke-test.pyz smoke --json` needs no provision."""
@@ -91,7 +75,7 @@ def write_zipapp(dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     umask = os.umask(0)
     os.umask(umask)
-    _write_atomic(dest, _zip_bytes(_members()), 0o755 & ~umask)
+    write_atomic(dest, _zip_bytes(_members()), 0o755 & ~umask)
     return dest
 
 
@@ -99,7 +83,7 @@ def zipapp(folder: Path) -> Path:
     """The zipapp of the current sources, written into `folder`: the temporary folder of the one
     run that uses it, removed with it (nothing of provision's stays in the system's temp dir)."""
     path = Path(folder) / "provision-payload.pyz"
-    _write_atomic(path, _zip_bytes(_members()), 0o644)
+    write_atomic(path, _zip_bytes(_members()), 0o644)
     return path
 
 

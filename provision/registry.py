@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from provision.errors import ProvisionError
+from provision.fileio import write_atomic
 from provision.records import read as read_record  # `records` here is the listing below
 
 RECORD_SCHEMA = 1
@@ -216,11 +217,8 @@ def put(record: Record) -> None:
     folder = _folder()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{record.name}.", suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record.to_json(), fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, _path(record.name))
+        text = json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n"
+        write_atomic(_path(record.name), text, mode=0o600)  # private, as mkstemp made it
     except OSError as exc:
         raise RegistryError(f"cannot write the registry in {folder}: {exc.strerror}") from exc
 

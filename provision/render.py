@@ -8,7 +8,6 @@ interrupted render leaves the previous files. `run()` is what `provision render`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shlex
@@ -20,9 +19,10 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision import diskread, environment, paths, userpackages, yamldoc
+from provision import diskread, environment, paths, userpackages
 from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
+from provision.fileio import dump_yaml_for_people, sha256_bytes, sha256_text
 from provision.matrix import Matrix
 from provision.matrix.spec import (
     PATHS,
@@ -88,16 +88,20 @@ def _pyrepr(value: Any) -> str:
     return repr(value)
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Compiled templates under the user's cache folder: compiling them is most of a render.
+def _cache_folder() -> str:
+    """Where compiled templates go: the user's cache folder, as the environment says now."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "provision", "jinja")
+
+
+def _bytecode_cache(folder: str) -> jinja2.BytecodeCache | None:
+    """Compiled templates in `folder`: compiling them is most of a render.
 
     Entries are keyed by each template's source checksum and the Python version, so a stale entry
     is never used; without a writable cache folder, templates are compiled every time.
     """
     import jinja2
 
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(base, "provision", "jinja")
     try:
         os.makedirs(folder, mode=0o700, exist_ok=True)
     except OSError:
@@ -107,8 +111,14 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     return jinja2.FileSystemBytecodeCache(folder)
 
 
-@cache
 def _environment(root: Path) -> jinja2.Environment:
+    # Made once per (templates, cache folder): a process whose cache folder changes (a library
+    # caller, a test) never writes into the folder of before, which may be gone.
+    return _environment_in(root, _cache_folder())
+
+
+@cache
+def _environment_in(root: Path, cache_folder: str) -> jinja2.Environment:
     import jinja2
 
     env = jinja2.Environment(
@@ -119,12 +129,12 @@ def _environment(root: Path) -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
         auto_reload=False,  # one process renders once; no need to stat every template again
-        bytecode_cache=_bytecode_cache(),
+        bytecode_cache=_bytecode_cache(cache_folder),
     )
     env.filters["shquote"] = shlex.quote
     env.filters["tojson"] = _tojson
     env.filters["pyrepr"] = _pyrepr
-    env.filters["yaml"] = yamldoc.dump
+    env.filters["yaml"] = dump_yaml_for_people
     return env
 
 
@@ -190,12 +200,8 @@ def _meta(spec: EnvSpec, files: Mapping[str, str]) -> str:
         gpus=spec.gpu.devices,
         jupyter=spec.jupyter,
     )
-    hashes = {path: _sha256(text.encode()) for path, text in sorted(files.items())}
+    hashes = {path: sha256_text(text) for path, text in sorted(files.items())}
     return environment.Manifest(request, hashes, spec.name).dumps()
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 # --- writing and checking ---------------------------------------------------------------------
@@ -240,7 +246,7 @@ class _OnDisk:
             for rel, data in self.files.items()
             if rel != META
             and not (rel in new and new[rel].encode() == data)
-            and self.recorded.get(rel) != _sha256(data)
+            and self.recorded.get(rel) != sha256_bytes(data)
         ]
 
 

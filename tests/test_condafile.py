@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from provision.errors import InstallError, LockError
+from provision.fileio import dump_yaml
 from provision.lock import condafile
-from provision.lock.lockinputs import dump_yaml
 
 PACKAGE = Path(__file__).resolve().parent.parent / "provision"
 

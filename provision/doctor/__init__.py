@@ -14,7 +14,6 @@ release and path), and `versions` (lenient version numbers). The terminal layout
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from provision.doctor.model import (
     Registered,
     Verdict,
 )
+from provision.fileio import sha256_file
 from provision.matrix import DATA_FILE
 
 __all__ = [
@@ -51,7 +51,7 @@ __all__ = [
 
 
 def matrix_digest(path: Path = DATA_FILE) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256_file(path)
 
 
 def run(tf: str | None = None, root: str | Path | None = None) -> Diagnosis:

@@ -5,12 +5,11 @@ so the collector never reads half a file.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from provision.drift.check import CheckResult
 from provision.errors import ProvisionError
+from provision.fileio import write_atomic
 
 STATES = ("ok", "drift", "unknown", "missing")
 
@@ -83,14 +82,6 @@ def write(result: CheckResult, path: Path) -> None:
     if not folder.is_dir():
         raise ProvisionError(f"--prom {path}: {folder} is not a folder")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        write_atomic(path, text(result), mode=0o644)  # node_exporter reads it as another user
     except OSError as exc:
         raise ProvisionError(f"--prom {path}: cannot write into {folder}: {exc.strerror}") from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text(result))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

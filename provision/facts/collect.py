@@ -14,6 +14,7 @@ from pathlib import Path
 from provision import records
 from provision.errors import ProvisionError
 from provision.facts import prefix as files
+from provision.fileio import sha256_file
 
 SCHEMA = 1
 HOOK_FILES = (
@@ -129,10 +130,10 @@ def env_facts(prefix: Path, interpreter: Path, python_xy: str) -> EnvFacts:
     for rel in hook_files:
         path = prefix / rel
         if path.is_file():
-            hooks[rel] = files.sha256_file(path)
+            hooks[rel] = sha256_file(path)
     real = os.path.realpath(interpreter)
     try:
-        interpreter_sha = files.sha256_file(real)
+        interpreter_sha = sha256_file(real)
     except OSError:
         interpreter_sha = ""
     return EnvFacts(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from provision.fileio import sha256_file, sha256_text
 from provision.payload import elf
 
 # The CUDA libraries TensorFlow loads, and the NVIDIA ones they load in turn.
@@ -151,15 +151,7 @@ def stat_digest(files: tuple[tuple[str, str], ...]) -> str:
             parts.append(f"{path}\0{st.st_size}\0{st.st_mtime_ns}")
         except OSError:
             parts.append(f"{path}\0-")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_text("\n".join(parts))
 
 
 def _matches(digest: bytes, want: str) -> bool:

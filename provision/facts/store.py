@@ -8,15 +8,13 @@ re-verify instead of judging against facts nobody recorded.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from provision import registry
 from provision.errors import ProvisionError
 from provision.facts.collect import Facts
+from provision.fileio import sha256_text, write_atomic
 
 SCHEMA = 1
 
@@ -35,7 +33,7 @@ def path_of(name: str) -> Path:
 
 def body_digest(body: object) -> str:
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256_text(text)
 
 
 def put(facts: Facts) -> None:
@@ -45,15 +43,8 @@ def put(facts: Facts) -> None:
     where = folder()
     try:
         where.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{facts.name}.", suffix=".tmp", dir=where)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=1, sort_keys=True)
-                fh.write("\n")
-            os.replace(tmp, path_of(facts.name))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
+        write_atomic(path_of(facts.name), text, mode=0o600)  # private, as mkstemp made it
     except OSError as exc:
         raise FactsError(f"cannot record the facts of {facts.name} in {where}: {exc}") from exc
 

@@ -15,14 +15,13 @@ a record in the registry, so `provision list`, `verify NAME` and `run NAME` find
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import _proc, environment, registry, tools
+from provision import _proc, environment, fileio, registry, tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError, UsageError
 from provision.install import installers, owned, prefix_hooks
@@ -81,16 +80,12 @@ class InstallResult:
         }
 
 
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def inputs_digest(env: EnvDir) -> str:
     """What a built prefix depends on: the lock, the runtime variables, the path and Python."""
-    h = hashlib.sha256(f"{MARKER_SCHEMA}\0{env.path}\0{env.python}\0".encode())
+    parts = [f"{MARKER_SCHEMA}\0{env.path}\0{env.python}\0".encode()]
     for f in (env.lock, env.root / environment.RUNTIME):
-        h.update(f.name.encode() + b"\0" + (f.read_bytes() if f.is_file() else b"-") + b"\0")
-    return h.hexdigest()
+        parts.append(f.name.encode() + b"\0" + (f.read_bytes() if f.is_file() else b"-") + b"\0")
+    return fileio.sha256_bytes(b"".join(parts))
 
 
 def is_installed(env: EnvDir, prefix: Path) -> bool:
@@ -224,7 +219,7 @@ def _exclusive(target: Path) -> Iterator[int]:
     made_folder = not locks.exists()
     try:
         locks.mkdir(parents=True, exist_ok=True)
-        key = hashlib.sha256(os.path.realpath(target).encode()).hexdigest()[:24]
+        key = fileio.sha256_text(os.path.realpath(target))[:24]
         lock_file = locks / f"{key}.lock"
         made_file = not lock_file.exists()
         fh = open(lock_file, "a+")  # noqa: SIM115 (closed below)
@@ -279,7 +274,7 @@ def _install_at(
     report: Report = nothing,
 ) -> InstallResult:
     digest = inputs_digest(env)
-    lock_sha = sha256_file(env.lock)
+    lock_sha = fileio.sha256_file(env.lock)
     finish_leftovers(target)
     state = state_of(target, digest)
     if state == "foreign":
@@ -436,7 +431,7 @@ def _install_system(
             f"{installers.reason(done)}"
         )
     venv = system_venv(env, prefix, script_args)
-    lock_sha = sha256_file(env.lock) if env.lock.is_file() else ""
+    lock_sha = fileio.sha256_file(env.lock) if env.lock.is_file() else ""
     return InstallResult(
         env.name, env.path, venv, interpreter(venv), "install.sh", lock_sha,
         skipped=False, seconds=time.monotonic() - start, output=done.stdout,

@@ -5,7 +5,6 @@ payload's gpu_policy.py); written only when a file differs, so a re-run changes 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from provision.environment import (
     site_packages,
 )
 from provision.errors import InstallError
+from provision.fileio import write_atomic
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 HOOKS_DIR = _PACKAGE / "hooks"
@@ -94,9 +94,7 @@ def _write(path: Path, text: str) -> None:
             return
     except (OSError, UnicodeDecodeError):
         pass
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, text)
 
 
 def _copy(src: Path, dest: Path) -> None:

@@ -1,10 +1,14 @@
-"""Bringing a built pip-path (or system-path) venv from one lock to the next, in place.
+"""Bringing a built prefix from one lock to the next, in place: a pip-path (or system-path) venv,
+or a conda-path prefix.
 
 Only the difference moves: uv installs the pins that are new or changed, with their hashes
-checked, then the packages the old lock had and the new one has not are uninstalled. A package a
-user installed by hand, in neither lock, is not touched. The list of what provision installed
-(owned) and the build marker follow the change, so `remove` and `check` see the prefix as it now
-is. Any failure puts the prefix back to the old lock, the same way.
+checked, then the packages the old lock had and the new one has not are uninstalled. On the conda
+path the pip packages that leave go first, then the conda packages are linked to match the new
+lock (condasync: only what changed is fetched, checksums checked), then the pip packages that are
+new or changed are installed. A package a user installed by hand, in neither lock, is not
+touched. The list of what provision installed (owned) and the build marker follow the change, so
+`remove` and `check` see the prefix as it now is. Any failure puts the prefix back to the old
+lock, the same way.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ from pathlib import Path
 from provision import tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError
-from provision.install import installers, owned
+from provision.fileio import sha256_text
+from provision.install import condasync, installers, owned
 from provision.install.place import read_marker, write_marker
-from provision.lock.lockfile import sha256
 from provision.lock.requirements import Pin, parse_lock
 from provision.progress import Report, nothing
 
@@ -30,9 +34,10 @@ from provision.progress import Report, nothing
 class Before:
     """The prefix as the old lock left it: what restore puts back."""
 
-    pins: tuple[Pin, ...]  # the old lock, parsed
+    lock: str  # the old lock's text
     listed: set[str] | None  # owned's list of what provision installed
     marker: dict[str, object] | None  # the build marker (none for install.sh's venv)
+    conda: bool = False  # a conda-path prefix
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class Synced:
     removed: dict[str, str]  # name -> version that left
     seconds: float
     before: Before
-    after: tuple[Pin, ...]  # the new lock, parsed
+    after: str  # the new lock's text
 
 
 def _files_of(prefix: Path, names: set[str]) -> set[str]:
@@ -93,68 +98,90 @@ def difference(old: Sequence[Pin], new: Sequence[Pin]) -> str:
     return "".join(lines)
 
 
-def _apply(prefix: Path, old: Sequence[Pin], new: Sequence[Pin], report: Report) -> None:
+def _pip(prefix: Path, old: Sequence[Pin], new: Sequence[Pin], report: Report, *,
+         install: bool = True, uninstall: bool = True) -> None:  # fmt: skip
     """Install what new adds or changes (hashes checked), uninstall what it drops: each an
     installer run as a build makes them (installers.run_step: progress, the installer's words)."""
     uv = tools.uv()
     gone = sorted(set(_versions(old)) - set(_versions(new)))
     wanted = difference(old, new)
-    if wanted:
+    if wanted and install:
         with tempfile.TemporaryDirectory(prefix="provision-sync-") as tmp:
             part = Path(tmp) / "difference.lock"
             part.write_text(wanted, encoding="utf-8")
             argv = installers.uv_install_argv(uv, interpreter(prefix), part)
             what = f"uv pip install ({wanted.count('==')} changed, hashes checked)"
             installers.run_step(what, argv, prefix, report=report)
-    if gone:
+    if gone and uninstall:
         argv = [uv, "pip", "uninstall", "--python", str(interpreter(prefix)), *gone]
         installers.run_step(f"uv pip uninstall {' '.join(gone)}", argv, prefix, report=report)
+
+
+def _apply(conda: bool, prefix: Path, old: str, new: str, report: Report) -> None:
+    """Move the prefix from the lock text `old` to `new`."""
+    if not conda:
+        _pip(prefix, parse_lock(old), parse_lock(new), report)
+        return
+    was, now = condasync.pip_pins(old), condasync.pip_pins(new)
+    _pip(prefix, was, now, report, install=False)  # a pip package may become a conda one
+    condasync.link(prefix, old, new, report)
+    _pip(prefix, was, now, report, uninstall=False)
+
+
+def _lock_versions(conda: bool, text: str) -> dict[str, str]:
+    return condasync.versions(text) if conda else _versions(parse_lock(text))
+
+
+def _files(conda: bool, prefix: Path, names: set[str]) -> set[str]:
+    return _files_of(prefix, names) | (condasync.conda_files(prefix, names) if conda else set())
 
 
 def sync(
     env: EnvDir, prefix: Path, old_lock: str, new_lock: str, digest: str,
     report: Report = nothing,
 ) -> Synced:  # fmt: skip
-    """Move the venv at `prefix` from old_lock to new_lock (their texts); `digest`: the build
+    """Move the prefix from old_lock to new_lock (their texts); `digest`: the build
     marker's new inputs_sha256. On any failure the prefix is put back to old_lock; the result's
     `before` puts it back later (restore), when what follows the sync fails."""
     start = time.monotonic()
-    old, new = tuple(parse_lock(old_lock)), tuple(parse_lock(new_lock))
+    conda = env.path == "conda"
     marker = read_marker(prefix)
     # The system path's venv is made by install.sh, with no marker of provision's.
     if env.path != "system" and (marker is None or marker.get("state") != "complete"):
         raise InstallError(f"{prefix} is not a complete provision build; provision install it")
-    state = Before(old, owned.recorded(prefix), marker)
-    was, now = _versions(old), _versions(new)
+    state = Before(old_lock, owned.recorded(prefix), marker, conda)
+    was, now = _lock_versions(conda, old_lock), _lock_versions(conda, new_lock)
     changed = {n for n in was.keys() | now.keys() if was.get(n) != now.get(n)}
-    before = _files_of(prefix, changed)
+    before = _files(conda, prefix, changed)
     try:
-        _apply(prefix, old, new, report)
+        _apply(conda, prefix, old_lock, new_lock, report)
     except BaseException:
-        restore(prefix, state, new, report)
+        restore(prefix, state, new_lock, report)
         raise
-    after = _files_of(prefix, changed)
+    after = _files(conda, prefix, changed)
     if state.listed is not None:
         # What the old versions had and the new ones have not left; what the new ones brought
-        # came (a folder another package still uses stays listed: removing a prefix only
-        # deletes folders that became empty).
-        owned.write_list(prefix, (state.listed - (before - after)) | after)
+        # came. A folder that is still there stays listed (another package uses it; removing a
+        # prefix only deletes folders that became empty).
+        gone = {p for p in before - after if not (p.endswith("/") and (prefix / p).is_dir())}
+        owned.write_list(prefix, (state.listed - gone) | after)
     if marker is not None:
-        write_marker(prefix, {**marker, "inputs_sha256": digest, "lock_sha256": sha256(new_lock)})
+        lock_sha = sha256_text(new_lock)
+        write_marker(prefix, {**marker, "inputs_sha256": digest, "lock_sha256": lock_sha})
     return Synced(
         {n: v for n, v in now.items() if was.get(n) != v},
         {n: v for n, v in was.items() if n not in now},
         time.monotonic() - start,
         state,
-        new,
+        new_lock,
     )
 
 
-def restore(prefix: Path, before: Before, new: Sequence[Pin], report: Report = nothing) -> None:
-    """Put the venv back as `before` was: the old lock's packages at their versions, those the
-    new lock added uninstalled, the list and the marker. InstallError when it cannot."""
+def restore(prefix: Path, before: Before, new: str, report: Report = nothing) -> None:
+    """Put the prefix back as `before` was: the old lock's packages at their versions, those the
+    new lock (its text) added removed, the list and the marker. InstallError when it cannot."""
     try:
-        _apply(prefix, new, before.pins, report)
+        _apply(before.conda, prefix, new, before.lock, report)
     except ProvisionError as exc:
         raise InstallError(
             f"{prefix} could not be put back to its previous lock ({exc}); rebuild it with "

@@ -18,15 +18,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from provision import fileio
 from provision.errors import StaleError, UsageError
 from provision.lock import condalock, lockfile, pylock, userlock
 from provision.lock.lockcheck import verify
-from provision.lock.lockinputs import LockTarget, load_target, load_yaml
+from provision.lock.lockinputs import LockTarget, load_target
 from provision.steps import StepResult
 from provision.tools import SOLVERS
 from provision.tools import solver as solver_exe  # the name tests know
 
-__all__ = ["SOLVERS", "LockTarget", "check_lock", "load_yaml", "run", "solver_exe"]
+__all__ = ["SOLVERS", "LockTarget", "check_lock", "run", "solver_exe"]
 
 
 def run(
@@ -82,8 +83,8 @@ def run(
         lockfile.check_prereleases(target.spec, body)
     count = lockfile.count(target, body)
     full_body = note + body + lockfile.end_line(count)
-    text = lockfile.header(target, data, regen, lockfile.sha256(full_body)) + full_body
-    lockfile.write_atomic(target.lock_path, text)
+    text = lockfile.header(target, data, regen, fileio.sha256_text(full_body)) + full_body
+    fileio.write_atomic(target.lock_path, text)
     seconds = time.monotonic() - started
     return StepResult("lock", "done", [f"wrote {rel} ({count} packages, {used}, {seconds:.1f} s)"])
 

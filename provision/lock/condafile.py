@@ -24,7 +24,8 @@ from typing import Literal
 
 from provision import diskread, records
 from provision.errors import LockError
-from provision.lock.lockinputs import dump_yaml, load_yaml, one_line
+from provision.fileio import dump_yaml, load_yaml
+from provision.lock.lockinputs import one_line
 
 Manager = Literal["conda", "pip"]
 LIMIT = 512 * diskread.MIB  # a conda lock of every platform is a few MB

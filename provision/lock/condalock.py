@@ -18,9 +18,10 @@ from pathlib import Path
 
 from provision import _children, _proc, tools
 from provision.errors import LockError, UsageError
+from provision.fileio import dump_yaml, load_yaml
 from provision.lock import condafile
 from provision.lock.condapip import add_pip_part
-from provision.lock.lockinputs import LockTarget, dump_yaml, env_channels, load_yaml
+from provision.lock.lockinputs import LockTarget, env_channels
 from provision.matrix import spec
 
 CONDA_LOCK_TIMEOUT_S = 1800

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from provision import _proc, tools
 from provision.errors import LockError
+from provision.fileio import load_yaml
 from provision.lock import condafile, pylock
-from provision.lock.lockinputs import LockTarget, load_yaml
+from provision.lock.lockinputs import LockTarget
 from provision.lock.pylock import AsOf
 from provision.lock.requirements import norm, parse_lock, pep440
 

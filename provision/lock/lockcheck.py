@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from provision import diskread
 from provision.errors import LockInvalid, StaleError
+from provision.fileio import sha256_text
 from provision.lock import condafile, lockinputs
 from provision.lock.condafile import LockedPackage
 from provision.lock.lockfile import (
@@ -21,7 +22,6 @@ from provision.lock.lockfile import (
     digest,
     header,
     read_lock,
-    sha256,
     what_changed,
 )
 from provision.lock.lockinputs import EnvironmentYml, LockTarget, one_line
@@ -72,7 +72,7 @@ def verify(target: LockTarget, data: LockInputs, rel: str, regen: str) -> int:
         parsed = _parse_body(target, found.body, first_line)
     except ValueError as exc:
         raise LockInvalid(f"{rel}: {exc}; run: {regen}") from exc
-    if sha256(found.body) != found.body_digest:
+    if sha256_text(found.body) != found.body_digest:
         raise LockInvalid(
             f"{rel}: the lock was edited after it was made (its body does not match the "
             f"digest in its header); run: {regen}"

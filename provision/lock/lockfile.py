@@ -9,17 +9,14 @@ unchanged inputs is byte-identical. Locks are written beside the old one and ren
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import shlex
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypedDict
 
+from provision.fileio import sha256_text
 from provision.jsontypes import JSONObject
 from provision.lock import lockinputs, pylock
 from provision.lock.lockinputs import LockTarget, strip_auth
@@ -87,13 +84,7 @@ def inputs(target: LockTarget, platforms: Sequence[str], channels: Sequence[str]
 
 
 def digest(data: Mapping[str, object]) -> str:
-    return hashlib.sha256(
-        json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()
-
-
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256_text(json.dumps(data, sort_keys=True, separators=(",", ":")))
 
 
 # -- the header, the body ----------------------------------------------------------------------
@@ -189,21 +180,6 @@ def count(target: LockTarget, body: str) -> int:
     if target.spec.path == "conda":
         return len(re.findall(r"^- name: ", body, re.MULTILINE))
     return len(pins(body))
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Beside the old file, then renamed into place: an interrupted write leaves the old one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        mask = os.umask(0o022)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # -- reading a lock ----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from provision import environment
 from provision.environment import EnvDir
 from provision.errors import LockError, UsageError
+from provision.fileio import load_yaml
 from provision.lock.requirements import parse_requirements
 from provision.matrix import spec
 from provision.userpackages import Package
@@ -84,28 +85,6 @@ def load_target(out: Path, name: str) -> LockTarget:
     except environment.ManifestError as exc:
         raise LockError(str(exc)) from exc
     return LockTarget(env, resolved, packages)
-
-
-def load_yaml(path: Path | str) -> object:
-    """YAML through libyaml where PyYAML has it (20x faster on a lock than the pure loader).
-
-    A document of any shape (mapping, list, scalar, dates, keys that are no strings): the reader
-    narrows it with isinstance."""
-    import yaml
-
-    text = path.read_text(encoding="utf-8") if isinstance(path, Path) else path
-    data: object = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    return data
-
-
-def dump_yaml(data: object) -> str:
-    """What conda-lock's writer produces (PyYAML's dump, insertion order), through libyaml; the
-    safe dumper: a lock holds plain data only."""
-    import yaml
-
-    return str(
-        yaml.dump(data, sort_keys=False, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
-    )
 
 
 def one_line(exc: BaseException) -> str:

@@ -7,13 +7,10 @@ atomically. A result that does not validate is never written.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from provision.errors import MatrixError
 from provision.matrix import Matrix, parse
@@ -157,18 +154,3 @@ class Draft:
         except tomllib.TOMLDecodeError as exc:
             raise MatrixError(f"the updated matrix is not TOML ({exc}); nothing written") from exc
         return text, parse(raw)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` in one rename; on failure the old file is untouched."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

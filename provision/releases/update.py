@@ -17,6 +17,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from provision.errors import MatrixError, UsageError
+from provision.fileio import write_atomic
 from provision.matrix import DATA_FILE, Matrix, Release, load, store
 from provision.releases import derive as facts_of
 from provision.releases import wheels as idx
@@ -130,7 +131,7 @@ def update(
     )  # fmt: skip
     if _read(path) != text:
         raise MatrixError(f"{path} changed while it was being updated; nothing written, run again")
-    store.write_atomic(path, new_text)
+    write_atomic(path, new_text, mode=0o644)  # the matrix is read by every user
     outcome.written = True
     load.cache_clear()
     return outcome

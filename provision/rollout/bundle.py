@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 from provision.environment import EnvDir
 from provision.errors import StaleError, UsageError
+from provision.fileio import sha256_file
 from provision.rollout import bundle_fetch as fetch
 from provision.rollout import bundle_self
 from provision.rollout.bundle_format import (
@@ -35,7 +36,6 @@ from provision.rollout.bundle_format import (
     Requires,
     newest,
     part_path,
-    sha256_file,
     tar_info,
     wheel_glibc,
 )

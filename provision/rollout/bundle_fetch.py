@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision import _proc
+from provision.fileio import write_atomic
 from provision.rollout.bundle_format import CHUNK, BundleError, manylinux_platforms
 
 Progress = Callable[[str], None]
@@ -102,9 +103,7 @@ def store(src: Path, folder: Path) -> tuple[Path, str, str]:
     tmp = folder / f".{src.name}.{os.getpid()}.tmp"
     shutil.move(str(src), tmp)
     os.replace(tmp, dest)
-    side = _sidecar(dest)
-    side.with_name(side.name + ".tmp").write_text(f"{sha} {md5}\n", encoding="ascii")
-    os.replace(side.with_name(side.name + ".tmp"), side)
+    write_atomic(_sidecar(dest), f"{sha} {md5}\n")
     return dest, sha, md5
 
 

@@ -24,7 +24,6 @@ gives back the tar.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import tarfile
@@ -34,6 +33,7 @@ from pathlib import Path
 
 from provision import diskread, records
 from provision.errors import ProvisionError, UsageError
+from provision.fileio import sha256_text
 
 FORMAT = 1
 ROOT = "provision-bundle"
@@ -68,7 +68,7 @@ def _size(value: int) -> str | None:
     return None if 0 <= value < 2**50 else "is not a size in bytes"
 
 
-def _sha256(value: str) -> str | None:
+def _hex_digest(value: str) -> str | None:
     return None if re.fullmatch(r"[0-9a-f]{64}", value) else "is not a sha256"
 
 
@@ -81,7 +81,7 @@ class Member:
     name: str  # relative to provision-bundle/
     group: str
     size: int = field(metadata=records.checked(_size))
-    sha256: str = field(metadata=records.checked(_sha256))
+    sha256: str = field(metadata=records.checked(_hex_digest))
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class BundleManifest:
     python: str = field(metadata=records.checked(_version_xy))  # the environment's Python X.Y
     platform: str  # conda subdir: linux-64
     lock: str  # file name of the lock in env/NAME/
-    lock_sha256: str = field(metadata=records.checked(_sha256))
+    lock_sha256: str = field(metadata=records.checked(_hex_digest))
     provision_version: str
     # the Python X.Y provision's wheels are for
     provision_python: str = field(metadata=records.checked(_version_xy))
@@ -121,7 +121,7 @@ class BundleManifest:
     def dumps(self) -> bytes:
         body = self.body()
         text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        digest = hashlib.sha256(text.encode()).hexdigest()
+        digest = sha256_text(text)
         out = {**body, "digest": digest}
         return (json.dumps(out, sort_keys=True, indent=1) + "\n").encode()
 
@@ -135,7 +135,7 @@ class BundleManifest:
                 raise ValueError(f"format {raw.get('format')!r} (this provision reads {FORMAT})")
             digest = raw.pop("digest", None)
             text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
-            if digest != hashlib.sha256(text.encode()).hexdigest():
+            if digest != sha256_text(text):
                 raise ValueError("its digest does not match its contents")
             raw.pop("format")
             manifest = records.read(cls, raw, "manifest", ValueError)
@@ -169,14 +169,6 @@ def tar_info(name: str, size: int) -> tarfile.TarInfo:
 def member_name(info: tarfile.TarInfo) -> str | None:
     prefix = ROOT + "/"
     return info.name[len(prefix) :] if info.name.startswith(prefix) else None
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # -- sizes -----------------------------------------------------------------------------------

@@ -29,9 +29,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import _proc, yamldoc
+from provision import _proc
 from provision.environment import EnvDir
 from provision.errors import ProvisionError, ToolMissing, UsageError
+from provision.fileio import dump_yaml_for_people, sha256_file, write_atomic
 from provision.rollout import fleet_report, selfwheel
 
 ANSIBLE_DIR = Path(__file__).parent.parent / "ansible"
@@ -66,8 +67,6 @@ class Options:
 
 def vars_text(env: EnvDir) -> str:
     """envs/NAME/ansible/vars.yml: the environment as the role sees it. No hosts, no secrets."""
-    from provision import install
-
     files = env.own_files()  # packages.in too: the role builds what the lock holds
     r = env.request
     values = {
@@ -75,7 +74,7 @@ def vars_text(env: EnvDir) -> str:
         "provision_env_tf": r.tf,
         "provision_env_path": r.path,
         "provision_env_python": r.python,
-        "provision_env_lock_sha256": install.sha256_file(env.lock),
+        "provision_env_lock_sha256": sha256_file(env.lock),
         "provision_env_gpu_memory": r.gpu_memory or "",
         "provision_env_gpus": r.gpus or "",
     }
@@ -83,7 +82,7 @@ def vars_text(env: EnvDir) -> str:
         f"# provision fleet: {env.name} for the {ROLE} role that ships with provision.",
         f"# Written by `provision fleet {env.name}`, which rewrites it. No hosts, no secrets.",
     ]
-    return "\n".join(lines) + "\n" + yamldoc.dump({**values, "provision_env_files": files})
+    return "\n".join(lines) + "\n" + dump_yaml_for_people({**values, "provision_env_files": files})
 
 
 def playbook_text(env: EnvDir) -> str:
@@ -98,7 +97,7 @@ def playbook_text(env: EnvDir) -> str:
 # Hosts with no network: instead of the wheel, an offline bundle (provision bundle {env.name};
 # its parts, if split, all of them in order):
 #     -e '{{"provision_env_bundle": ["/path/to/{env.name}.bundle.tar"]}}'
-""" + yamldoc.dump([{
+""" + dump_yaml_for_people([{
         "name": f"Roll out {env.name}", "hosts": "all", "gather_facts": False,
         "vars_files": ["vars.yml"], "roles": [{"role": ROLE}],
     }])  # fmt: skip
@@ -117,9 +116,7 @@ def write_generated(env: EnvDir) -> list[Path]:
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, text)
         written.append(path)
     return written
 
@@ -191,7 +188,6 @@ def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
     once every part is there and its manifest says it holds this environment's committed lock."""
     import tarfile
 
-    from provision import install
     from provision.rollout.bundle_format import (
         CHUNK,
         MANIFEST,
@@ -216,7 +212,7 @@ def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
         reader.close()
     if manifest.name != env.name:
         raise FleetError(f"{source.shown} is a bundle of {manifest.name}, not of {env.name}")
-    if manifest.lock_sha256 != install.sha256_file(env.lock):
+    if manifest.lock_sha256 != sha256_file(env.lock):
         raise FleetError(
             f"{source.shown} holds another {manifest.lock} than {env.name}'s committed one: "
             f"bundle it again (provision bundle {env.name})"

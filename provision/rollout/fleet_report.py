@@ -6,7 +6,6 @@ from __future__ import annotations
 import enum
 import html
 import json
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import TypedDict
 
 from provision import diskread
 from provision.environment import EnvDir
+from provision.fileio import write_atomic
 from provision.jsontypes import JSON, JSONObject
 
 REPORT_LIMIT = 64 << 20  # what one host sends back: a few KiB
@@ -400,14 +400,8 @@ hosts/HOST/.</footer>
 """
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write(r: FleetResult, out: Path) -> None:
     """fleet.json and fleet.html in `out`, each replaced whole."""
-    _write(out / "fleet.json", json.dumps(r.as_json(), indent=2) + "\n")
-    _write(out / "fleet.html", page(r))
+    write_atomic(out / "fleet.json", json.dumps(r.as_json(), indent=2) + "\n")
+    write_atomic(out / "fleet.html", page(r))
     r.files.update(json=str(out / "fleet.json"), html=str(out / "fleet.html"))

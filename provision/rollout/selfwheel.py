@@ -10,7 +10,6 @@ already has it changes nothing.
 from __future__ import annotations
 
 import base64
-import hashlib
 import importlib.metadata
 import os
 import zipfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import provision
 from provision import __version__
+from provision.fileio import sha256_bytes
 
 PACKAGE = Path(provision.__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -59,7 +59,7 @@ def _metadata() -> tuple[str, str]:
 
 
 def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_bytes(data))).rstrip(b"=").decode()
     return f"{name},sha256={digest},{len(data)}"
 
 

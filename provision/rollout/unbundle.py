@@ -34,6 +34,7 @@ from pathlib import Path
 from provision import environment, install, registry
 from provision.environment import EnvDir
 from provision.errors import InstallError, UsageError
+from provision.fileio import sha256_bytes
 from provision.install import installers
 from provision.rollout.bundle_fetch import Progress
 from provision.rollout.bundle_format import (
@@ -171,7 +172,7 @@ def _manifest(
         )
     fh = tar.extractfile(info)
     data = fh.read(MANIFEST_LIMIT + 1) if fh is not None else b""
-    return BundleManifest.loads(data, source.shown), hashlib.sha256(data).hexdigest()
+    return BundleManifest.loads(data, source.shown), sha256_bytes(data)
 
 
 MANIFEST_LIMIT = 64 << 20  # a bundle of 100,000 members has a manifest of about 20 MB

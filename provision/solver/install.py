@@ -16,6 +16,7 @@ from provision.solver.config import pkgs_dir
 from provision.solver.errors import CondaError
 
 if TYPE_CHECKING:
+    import rattler
     from rattler import RepoDataRecord
 
 
@@ -117,25 +118,38 @@ def verify(entries: Sequence[ExplicitEntry], paths: Sequence[Path]) -> None:
 
 
 def install_explicit(file: Path, prefix: Path) -> int:
+    entries = parse_explicit(file.read_text(encoding="utf-8"), str(file))
+    install_entries(entries, prefix)
+    return 0
+
+
+def install_entries(entries: Sequence[ExplicitEntry], prefix: Path) -> None:
+    """Make the conda packages of `prefix` exactly `entries`: rattler links what is new or
+    changed and unlinks what is not listed. A package already linked from the same file with the
+    same checksum is taken from conda-meta as it is (not fetched again); every other archive is
+    checked against its entry's checksum before anything is linked."""
     import asyncio
 
     import rattler
 
-    entries = parse_explicit(file.read_text(encoding="utf-8"), str(file))
+    installed = _installed(prefix)
+    kept = [installed[e.file_name] for e in entries if _same(installed.get(e.file_name), e)]
+    todo = [e for e in entries if not _same(installed.get(e.file_name), e)]
     cache = pkgs_dir()
-    paths = asyncio.run(_fetch(entries, cache))
-    verify(entries, paths)
+    paths = asyncio.run(_fetch(todo, cache))
+    verify(todo, paths)
 
     async def build() -> None:
-        records = []
-        for entry, path in zip(entries, paths, strict=True):
+        records: list[rattler.RepoDataRecord] = list(kept)
+        for entry, path in zip(todo, paths, strict=True):
             record = await rattler.RepoDataRecord.from_package_archive(path)
             record.url = path.absolute().as_uri()
             record.channel = entry.url.rsplit("/", 2)[0]
             records.append(record)
         await rattler.install(
-            records, target_prefix=prefix, cache_dir=cache / "extracted", show_progress=False
-        )
+            records, target_prefix=prefix, cache_dir=cache / "extracted", show_progress=False,
+            installed_packages=list(installed.values()),
+        )  # fmt: skip
 
     try:
         asyncio.run(build())
@@ -143,8 +157,29 @@ def install_explicit(file: Path, prefix: Path) -> int:
         raise
     except Exception as exc:
         raise CondaError("CondaError", f"cannot install into {prefix}: {exc}") from exc
-    _record_origins(prefix, entries)
-    return 0
+    _record_origins(prefix, todo)
+
+
+def _installed(prefix: Path) -> dict[str, rattler.PrefixRecord]:
+    """file name -> the conda-meta record of each package linked in `prefix`."""
+    from rattler import PrefixRecord
+
+    out = {}
+    for path in sorted((prefix / "conda-meta").glob("*.json")):
+        try:
+            record = PrefixRecord.from_path(path)
+        except Exception as exc:  # rattler's parse errors are no Python class we can name
+            raise CondaError("CondaError", f"{path} cannot be read: {exc}") from exc
+        out[record.file_name] = record
+    return out
+
+
+def _same(record: rattler.PrefixRecord | None, entry: ExplicitEntry) -> bool:
+    if record is None:
+        return False
+    if entry.sha256 and record.sha256 is not None:
+        return record.sha256.hex() == entry.sha256.lower()
+    return bool(entry.md5) and record.md5 is not None and record.md5.hex() == str(entry.md5).lower()
 
 
 def install_records(records: Sequence[RepoDataRecord], prefix: Path) -> int:

@@ -1,0 +1,109 @@
+"""The small file operations every part of provision shares: sha256 digests, replacing a file in
+one rename, and YAML through libyaml. Imports nothing of provision's (the walls, payload/,
+scripts/, hooks/ and ansible/, keep their own copies: they import nothing of provision's at all).
+
+write_atomic writes a temporary file beside the target (same folder, so the rename cannot cross
+file systems), flushes and fsyncs it, gives it its mode and renames it over the target: a reader
+sees the old file or the new one, never half, and an interrupted write leaves the old one. The
+temporary is removed on any failure. Parent folders are not created: a missing one is an error
+the caller states."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+CHUNK = 1 << 20  # sha256_file reads this much at a time
+
+
+def sha256_bytes(data: bytes) -> str:
+    """The hex sha256 of `data`."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    """The hex sha256 of `text` encoded as UTF-8."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """The hex sha256 of a file's bytes, read in 1 MiB chunks (a runfile is gigabytes)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes, mode: int | None = None) -> None:
+    """Replace `path` with `data` in one rename; on failure the old file is untouched and no
+    temporary is left. Text is written as UTF-8 with its newlines as they are ("\\n" stays "\\n").
+    `mode` is the new file's permissions; None: what a plain open() would give (0o666 less the
+    umask). A symlink at `path` is replaced, not followed."""
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask() if mode is None else mode)
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_yaml(path: Path | str) -> object:
+    """YAML through libyaml where PyYAML has it (20x faster on a lock than the pure loader); a
+    Path is read as UTF-8, a str is the document itself.
+
+    A document of any shape (mapping, list, scalar, dates, keys that are no strings): the reader
+    narrows it with isinstance."""
+    import yaml
+
+    text = path.read_text(encoding="utf-8") if isinstance(path, Path) else path
+    data: object = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return data
+
+
+def dump_yaml(data: object) -> str:
+    """What conda-lock's writer produces (PyYAML's dump, insertion order), through libyaml; the
+    safe dumper: a lock holds plain data only."""
+    import yaml
+
+    return str(
+        yaml.dump(data, sort_keys=False, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+    )
+
+
+@cache
+def _indented_dumper() -> Any:
+    import yaml
+
+    class Indented(yaml.SafeDumper):
+        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+            super().increase_indent(flow, False)
+
+    return Indented
+
+
+def dump_yaml_for_people(data: object) -> str:
+    """YAML that people read and tools parse (environment.yml, the fleet's vars and playbook):
+    written by the safe dumper from plain data, so every value is quoted as YAML needs (a name
+    like `1.10` or `yes` stays a string), keys keep their order, lines are not folded, and lists
+    are indented under their key as ansible-lint's yamllint and conda's own files have them."""
+    import yaml
+
+    return str(yaml.dump(data, Dumper=_indented_dumper(), sort_keys=False, width=1000))
