@@ -17,7 +17,8 @@ import clitools
 from tinyindex import Env, Index
 
 from provision import bench
-from provision.progress import Event, Presenter
+from provision.cli.presenter import Presenter
+from provision.progress import Event
 from provision.toolout import InstallerLines
 
 provision = functools.partial(clitools.provision, timeout=300, stdin=subprocess.DEVNULL)

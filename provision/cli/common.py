@@ -17,8 +17,8 @@ from provision.cli.args import SafePath, nonblank
 from provision.tools import SOLVERS
 
 if TYPE_CHECKING:
+    from provision.cli.presenter import Presenter
     from provision.environment import Found
-    from provision.progress import Presenter
 
 F = TypeVar("F", bound=Callable[..., object])
 PATH_CHOICES = ("conda", "system", "pip")
@@ -44,7 +44,7 @@ def _stop_progress(ctx: click.Context) -> None:
 def presenter(quiet: bool = False) -> Presenter:
     """The progress shown on stderr for this command: -q none, -v every tool's line; rich on a
     terminal, plain lines otherwise. One per command (a spinner must be stopped before errors)."""
-    from provision.progress import Presenter
+    from provision.cli.presenter import Presenter
 
     ctx = click.get_current_context()
     shown = ctx.meta.get(PRESENTER)
