@@ -88,7 +88,8 @@ def remove(name: str, *, keep_prefix: bool = False, force: bool = False) -> Remo
     why = _kept_because(name, record, prefix, keep_prefix)
     deleted = None
     if not why:
-        from provision.install import finish_leftovers, owned
+        from provision.install import owned
+        from provision.install.place import finish_leftovers
 
         finish_leftovers(prefix)
         marker = _marker(prefix)
@@ -129,9 +130,9 @@ def remove(name: str, *, keep_prefix: bool = False, force: bool = False) -> Remo
 
 
 def _marker(prefix: Path) -> dict[str, object]:
-    from provision import install
+    from provision.install.place import read_marker
 
-    return install.read_marker(prefix) or {}
+    return read_marker(prefix) or {}
 
 
 def _kept_because(name: str, record: registry.Record, prefix: Path, keep_prefix: bool) -> str:
@@ -294,9 +295,9 @@ def export(found: Found, dest: Path) -> list[str]:
         shutil.copyfile(payload_app.POLICY_SOURCE, tmp / policy)
         files.append(policy)
         if env.path == "system":
-            from provision import install
+            from provision.install.build import system_script
 
-            shutil.copyfile(install.system_script(), tmp / "install-system.sh")
+            shutil.copyfile(system_script(), tmp / "install-system.sh")
             (tmp / "install-system.sh").chmod(0o755)
             files.append("install-system.sh")
         lock_text = env.lock.read_text(encoding="utf-8") if env.lock.is_file() else ""

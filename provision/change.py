@@ -107,11 +107,12 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, new_lock: str, ve
                      report: Report, result: Changed) -> None:  # fmt: skip
     from dataclasses import replace
 
-    from provision import install, registry
+    from provision import registry
     from provision.install import prefix_hooks, sync
+    from provision.install.build import inputs_digest
 
     record = registry.get(env.name)
-    done = sync.sync(env, prefix, old_lock, new_lock, install.inputs_digest(env), report)
+    done = sync.sync(env, prefix, old_lock, new_lock, inputs_digest(env), report)
     result.synced_seconds = done.seconds
     result.lines.append(
         f"synced {prefix} in {done.seconds:.1f} s ({len(done.installed)} installed or changed, "

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from provision import environment, fileio, registry, tools
-from provision import install as install_mod
 from provision.errors import InstallError, ProvisionError, UsageError
+from provision.install import build, place
 from provision.progress import Event, Report, nothing
 from provision.steps import StepName, StepOutcome, StepResult
 
@@ -145,9 +145,9 @@ def create(
         parse_spec(given, env_spec.path == "conda", "--with")
     # Everything that can be checked is checked before the first file is written.
     if prefix is not None:
-        target = install_mod.followed(Path(prefix).absolute())
-        install_mod.check_prefix(target)
-        install_mod.check_not_another(env_spec.name, target)
+        target = place.followed(Path(prefix).absolute())
+        build.check_prefix(target)
+        place.check_not_another(env_spec.name, target)
     else:
         registry.writable()
     made = [d for d in (Path(out), Path(out) / env_spec.name) if not d.exists()]
@@ -254,7 +254,7 @@ def _install(
     report: Report = nothing,
 ) -> StepResult:  # fmt: skip
     env = environment.load(Path(out) / name)
-    res = install_mod.install(env, prefix, force=force, solver=solver, report=report)
+    res = build.install(env, prefix, force=force, solver=solver, report=report)
     result.prefix, result.python = res.prefix, res.python
     return res.as_step()
 
@@ -263,7 +263,7 @@ def _verify_key(prefix: Path) -> str:
     """A passed verify stays valid while the build and the payload that judged it are the same."""
     from provision import payload_app
 
-    marker = install_mod.read_marker(prefix) or {}
+    marker = place.read_marker(prefix) or {}
     return fileio.sha256_text(str(marker.get("inputs_sha256", "")) + payload_app.digest())
 
 

@@ -23,7 +23,7 @@ from bundletools import leftovers, needs_unshare, provision_offline
 from clitools import run_cli
 from tinyindex import Env, Index
 
-from provision import install
+from provision.install.place import state_of
 from provision.rollout import bundle_format
 from provision.rollout.bundle_format import MTIME, ROOT, BundleManifest
 
@@ -124,7 +124,7 @@ def test_install_from_a_bundle_with_no_network(tiny_bundle: Path, tmp_path: Path
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     prefix = Path(report["install"]["prefix"])
-    assert prefix == home / "envs" / "tiny" and install.state_of(prefix) == "complete"
+    assert prefix == home / "envs" / "tiny" and state_of(prefix) == "complete"
     assert report["env_dir"] == str(home / "bundled" / "tiny")
     assert "unpacking wheels: 1 file(s)" in done.stderr  # progress, one line per group
     shown = subprocess.run(
@@ -169,7 +169,7 @@ def test_split_bundle_installs_from_its_first_part(
     done = provision_offline("install", "--from-bundle", str(parts[0]), "--no-verify",
                              env=install_env(home))  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert install.state_of(home / "envs" / "tiny") == "complete"
+    assert state_of(home / "envs" / "tiny") == "complete"
 
 
 # -- refusals: nothing is left half-installed ----------------------------------------------------
@@ -365,12 +365,12 @@ def test_a_run_killed_midway_is_completed_by_running_it_again(
     killed = provision_offline("install", "--from-bundle", str(tiny_bundle), "--no-verify",
                                env=kill)  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    assert install.state_of(home / "envs" / "tiny") == "absent"
+    assert state_of(home / "envs" / "tiny") == "absent"
     assert list((home / "unpack").iterdir())  # what the killed run left
     done = provision_offline("install", "--from-bundle", str(tiny_bundle), "--no-verify",
                              env=install_env(home))  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert install.state_of(home / "envs" / "tiny") == "complete"
+    assert state_of(home / "envs" / "tiny") == "complete"
     assert list((home / "unpack").iterdir()) == []
 
 

@@ -36,7 +36,8 @@ from bundletools import (
 from clitools import run_cli
 from tinyindex import Env, Index
 
-from provision import environment, install, matrix, tools
+from provision import environment, matrix, tools
+from provision.install.place import state_of
 from provision.matrix.spec import all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +98,7 @@ def test_conda_bundle_installs_with_no_network(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     prefix = Path(json.loads(done.stdout)["install"]["prefix"])
-    assert install.state_of(prefix) == "complete" and (prefix / "conda-meta").is_dir()
+    assert state_of(prefix) == "complete" and (prefix / "conda-meta").is_dir()
     shown = subprocess.run(
         [prefix / "bin" / "python", "-c",
          "import provision_tiny, sys; print(provision_tiny.VERSION, sys.prefix)"],
@@ -248,7 +249,7 @@ def test_bootstrap_installs_provision_then_the_bundle(
     provision = home / "venv" / "bin" / "provision"
     listed = offline([str(provision), "list", "--json"], env={"PROVISION_HOME": str(home)})
     assert listed.returncode == 0 and '"tiny"' in listed.stdout, listed.stderr
-    assert install.state_of(home / "envs" / "tiny") == "complete"
+    assert state_of(home / "envs" / "tiny") == "complete"
 
 
 def _version() -> str:

@@ -17,8 +17,8 @@ import yaml
 from clitools import run_cli
 from tinyindex import TINY, Index
 
-from provision import install
 from provision.install import owned
+from provision.install.place import state_of
 from provision.matrix.spec import EnvSpec
 
 NAME = "conda-sync"
@@ -84,7 +84,7 @@ def test_add_and_drop_sync_a_conda_prefix_in_place_and_a_failure_puts_it_back(
     )
     assert code == 0, text
     prefix = Path(json.loads(text)["prefix"])
-    assert install.state_of(prefix) == "complete"
+    assert state_of(prefix) == "complete"
     base = linked(prefix)
     assert DEMO not in base and owned.foreign(prefix) == []
 

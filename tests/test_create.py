@@ -18,8 +18,10 @@ from pathlib import Path
 import clitools
 import pytest
 
-from provision import install, matrix, tools
+from provision import matrix, tools
 from provision.create import VERIFY_MARKER
+from provision.install.owned import MARKER
+from provision.install.place import state_of
 
 provision = functools.partial(clitools.provision, timeout=1800)
 
@@ -158,7 +160,7 @@ def test_create_pip_builds_verified_tensorflow(
     have = [v for v in release.python if tools.python_candidates(v)]
     assert version == [release.pin, *have[-1].split(".")]
     prefix = Path(str(data["prefix"]))
-    assert install.state_of(prefix) == "complete"
+    assert state_of(prefix) == "complete"
     assert json.loads((prefix / VERIFY_MARKER).read_text())["ok"] is True
 
     env_dir = out / str(data["name"])
@@ -200,7 +202,7 @@ def test_create_force_rebuilds_and_verifies_again(tmp_path: Path, home: dict[str
     first = provision("create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", env=home)
     assert first.returncode == 0, first.stderr
     prefix = Path(str(summary(first)["prefix"]))
-    marker = (prefix / install.MARKER).stat().st_mtime_ns
+    marker = (prefix / MARKER).stat().st_mtime_ns
     forced = provision(
         "create", "--tf", tf, "--path", "pip", "--out", str(out), "--json", "--force", env=home
     )
@@ -208,7 +210,7 @@ def test_create_force_rebuilds_and_verifies_again(tmp_path: Path, home: dict[str
     assert statuses(summary(forced)) == [
         ("render", "skipped"), ("lock", "done"), ("install", "done"), ("verify", "done"),
     ]  # fmt: skip
-    assert (prefix / install.MARKER).stat().st_mtime_ns != marker
+    assert (prefix / MARKER).stat().st_mtime_ns != marker
 
 
 @pytest.mark.slow

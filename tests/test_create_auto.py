@@ -15,8 +15,8 @@ from fakehost import FakeGpu, FakeHost
 
 from provision import matrix
 from provision.cli.commands import cli
-from provision.doctor import Diagnosis
 from provision.doctor.choose import choose
+from provision.doctor.model import Diagnosis
 from provision.errors import UnsupportedCombination
 from provision.matrix import Release
 

@@ -21,8 +21,11 @@ import pytest
 from fakehost import FakeHost
 from packaging.version import Version
 
-from provision import doctor, host, matrix
+from provision import host, matrix
 from provision.cli import doctor_report
+from provision.doctor.examine import matrix_digest
+from provision.doctor.judge import diagnose
+from provision.doctor.model import Diagnosis
 from provision.matrix import Release
 
 M = matrix.load()
@@ -489,7 +492,7 @@ def test_blackwell_gpu_newer_than_the_build_targets(
         rel, compute_targets=tuple(t for t in rel.compute_targets if t.startswith("sm_"))
     )
     m = dataclasses.replace(M, releases=(*[r for r in M.releases if r.tf != rel.tf], sass_only))
-    d = doctor.diagnose(host.HostReport.from_json(report["host"]), m, rel.tf)
+    d = diagnose(host.HostReport.from_json(report["host"]), m, rel.tf)
     assert {v.status for v in d.verdicts if v.status != "n/a"} == {"cannot"}
     assert all(
         "which carry no PTX for it" in v.reasons[0] for v in d.verdicts if v.status == "cannot"
@@ -504,7 +507,7 @@ def test_native_windows_refuses_releases_without_a_windows_gpu_build(
 ) -> None:
     _, report = make(fakehost.h200).doctor_json(PROVISION_NO_NVML="1")
     windows = dataclasses.replace(host.HostReport.from_json(report["host"]), os="windows")
-    d = doctor.diagnose(windows, M)
+    d = diagnose(windows, M)
     last = [r.tf for r in M.releases if r.windows_native_gpu]
     for v in d.verdicts:
         rel = M.release(v.tf)
@@ -548,8 +551,8 @@ def test_json_round_trip_renders_the_same_report(make: Callable[..., FakeHost]) 
         root=h.root,
         env={k: v for k, v in h.env.items() if v is not None} | {"PROVISION_NO_NVML": "1"},
     )
-    d = doctor.diagnose(report, M, None, doctor.matrix_digest())
-    again = doctor.Diagnosis.from_json(json.loads(json.dumps(d.to_json())))
+    d = diagnose(report, M, None, matrix_digest())
+    again = Diagnosis.from_json(json.loads(json.dumps(d.to_json())))
     assert again == d
     assert doctor_report.render(again, M) == doctor_report.render(d, M)
 
@@ -566,7 +569,7 @@ def test_unknown_release_is_one_line_and_exit_1(make: Callable[..., FakeHost]) -
 )
 def test_real_h200_report_makes_sense() -> None:
     data = json.loads(H200_REPORT.read_text())
-    d = doctor.Diagnosis.from_json(data)
+    d = Diagnosis.from_json(data)
     h = d.host
     assert not h.stand_in and h.has_driver and h.os == "linux"
     assert h.gpus and all("H200" in g.name and g.compute_capability == "9.0" for g in h.gpus)
@@ -576,11 +579,11 @@ def test_real_h200_report_makes_sense() -> None:
     text = doctor_report.render(d, M)
     assert "NVIDIA H200" in text and "Verdicts" in text
     # Today's matrix judging the same host: no driver or GPU refusal for a CUDA 12 release.
-    now = doctor.diagnose(h, M, d.tf)
+    now = diagnose(h, M, d.tf)
     for v in now.verdicts:
         if v.status == "cannot" and cuda_of(M.release(v.tf)).major == 12:
             raise AssertionError(f"an H200 with driver {h.driver.version} refused: {v}")
-    if d.matrix_sha256 == doctor.matrix_digest():
+    if d.matrix_sha256 == matrix_digest():
         assert now.verdicts == d.verdicts and now.ok == d.ok == data["ok"]
 
 
@@ -611,7 +614,7 @@ def test_doctor_on_this_machine_is_consistent() -> None:
 
 
 # --- the verdicts, frozen ------------------------------------------------------------------------
-# tests/golden/doctor/<case>.json holds `doctor.diagnose(...).to_json()` for every fake host of
+# tests/golden/doctor/<case>.json holds `judge.diagnose(...).to_json()` for every fake host of
 # tests/fakehost.py and every committed capture of a real host, judged against a frozen copy of the
 # matrix (tests/golden/doctor/matrix.toml, so that an edit of the matrix data does not move them),
 # with probe timings zeroed and provision's version blanked. A change in the doctor's code that
@@ -707,7 +710,7 @@ GOLDEN_CAPTURES = {
 }
 
 
-def _golden_json(d: doctor.Diagnosis) -> str:
+def _golden_json(d: Diagnosis) -> str:
     data: dict[str, Any] = json.loads(json.dumps(d.to_json()))
     data["provision"] = ""  # the version: not the doctor's judgement
     for p in data["host"]["probes"]:
@@ -715,7 +718,7 @@ def _golden_json(d: doctor.Diagnosis) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def _check_golden(case: str, d: doctor.Diagnosis) -> None:
+def _check_golden(case: str, d: Diagnosis) -> None:
     got = _golden_json(d)
     file = GOLDEN_DOCTOR / f"{case}.json"
     if os.environ.get("UPDATE_GOLDEN"):
@@ -733,13 +736,13 @@ def test_golden_diagnosis_of_fake_hosts(make: Callable[..., FakeHost], case: str
     report = host.probe(root=h.root, env=env)
     if windows:
         report = dataclasses.replace(report, os="windows")
-    _check_golden(case, doctor.diagnose(report, m, None, doctor.matrix_digest(GOLDEN_MATRIX)))
+    _check_golden(case, diagnose(report, m, None, matrix_digest(GOLDEN_MATRIX)))
 
 
 @pytest.mark.parametrize("case", sorted(GOLDEN_CAPTURES))
 def test_golden_diagnosis_of_captured_hosts(case: str) -> None:
-    captured = doctor.Diagnosis.from_json(json.loads(GOLDEN_CAPTURES[case].read_text()))
+    captured = Diagnosis.from_json(json.loads(GOLDEN_CAPTURES[case].read_text()))
     m = matrix.load(GOLDEN_MATRIX)
     for tf in (None, m.newest.tf):
-        d = doctor.diagnose(captured.host, m, tf, doctor.matrix_digest(GOLDEN_MATRIX))
+        d = diagnose(captured.host, m, tf, matrix_digest(GOLDEN_MATRIX))
         _check_golden(case + (f"-tf{tf}" if tf else ""), d)

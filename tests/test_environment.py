@@ -17,7 +17,8 @@ import pytest
 from clitools import run_cli
 from tinyindex import Env, Index
 
-from provision import environment, install
+from provision import environment
+from provision.install.owned import MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,7 +105,7 @@ def test_remove_deletes_only_what_provision_built(built: Env) -> None:
 
 
 def test_remove_leaves_a_prefix_that_is_not_provisions(built: Env) -> None:
-    (built.prefix / install.MARKER).unlink()
+    (built.prefix / MARKER).unlink()
     code, out = run_cli("remove", "tiny")
     assert code == 0, out
     assert f"left {built.prefix}: it has no provision build marker" in out

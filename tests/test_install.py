@@ -22,9 +22,12 @@ import pytest
 from clitools import run_cli
 from tinyindex import ROOT, Env, Index, bash, pip_release, site_packages
 
-from provision import environment, install, matrix, tools
+from provision import environment, matrix, tools
 from provision.errors import InstallError
 from provision.install import prefix_hooks
+from provision.install.build import is_installed
+from provision.install.owned import MARKER
+from provision.install.place import state_of
 
 # -- building --------------------------------------------------------------------------------
 
@@ -42,7 +45,7 @@ def test_install_builds_a_venv_from_the_lock_with_hooks(index: Index, env: Env) 
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert got == ["1.0", str(prefix)]
-    marker = json.loads((prefix / install.MARKER).read_text())
+    marker = json.loads((prefix / MARKER).read_text())
     lock_sha = hashlib.sha256((env.dir / "requirements.lock").read_bytes()).hexdigest()
     assert marker["state"] == "complete" and marker["lock_sha256"] == lock_sha
 
@@ -112,7 +115,7 @@ def test_activation_env_gives_a_direct_interpreter_what_activation_gives(
 def test_second_install_changes_nothing_and_force_rebuilds(index: Index, env: Env) -> None:
     env.lock(index.add("1.0"))
     assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
-    marker = env.prefix / install.MARKER
+    marker = env.prefix / MARKER
     before = marker.stat().st_mtime_ns, (env.prefix / "bin" / "python").stat().st_ino
     index.mode = "fail"  # a second run must not even ask the index
     code, out = run_cli("install", env.name, "--out", str(env.out))
@@ -177,8 +180,8 @@ def test_failed_rebuild_puts_the_working_environment_back(index: Index, env: Env
     assert code == 1 and "nothing was installed" in out
     # The 1.0 environment is back, complete for its own (old) lock, and not taken for the new one.
     assert list(site_packages(env.prefix).glob("provision_tiny-1.0.dist-info"))
-    assert install.state_of(env.prefix) == "complete"
-    assert not install.is_installed(environment.load(env.dir), env.prefix)
+    assert state_of(env.prefix) == "complete"
+    assert not is_installed(environment.load(env.dir), env.prefix)
     index.mode = "ok"
     assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
     assert list(site_packages(env.prefix).glob("provision_tiny-2.0.dist-info"))
@@ -201,12 +204,12 @@ def test_install_killed_midway_is_completed_by_running_it_again(index: Index, en
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL
-    assert install.state_of(env.prefix) == "building"  # there, and marked as not done
+    assert state_of(env.prefix) == "building"  # there, and marked as not done
     index.release.set()
     index.mode = "ok"
     code, out = run_cli("install", env.name, "--out", str(env.out))
     assert code == 0 and out.startswith("built "), out
-    assert install.state_of(env.prefix) == "complete"
+    assert state_of(env.prefix) == "complete"
     assert list(site_packages(env.prefix).glob("provision_tiny-1.0.dist-info"))
 
 
@@ -261,7 +264,7 @@ def test_a_prefix_directory_made_beforehand_keeps_its_owner_and_mode(
     code, out = run_cli("install", env.name, "--out", str(env.out))
     assert code == 0, out
     assert env.prefix.stat().st_mode & 0o7777 == 0o2770
-    assert install.state_of(env.prefix) == "complete"
+    assert state_of(env.prefix) == "complete"
 
 
 def test_two_installs_of_one_prefix_do_not_race(index: Index, env: Env) -> None:
@@ -280,7 +283,7 @@ def test_two_installs_of_one_prefix_do_not_race(index: Index, env: Env) -> None:
             first.kill()
             first.communicate()
     assert first.returncode == 0, err
-    assert install.state_of(env.prefix) == "complete"
+    assert state_of(env.prefix) == "complete"
 
 
 def test_a_directory_not_built_by_provision_is_never_replaced(index: Index, env: Env) -> None:
@@ -302,7 +305,7 @@ def test_explicit_prefix(index: Index, env: Env, tmp_path: Path) -> None:
     )
     assert code == 0, out
     assert json.loads(out)["prefix"] == str(target)
-    assert install.state_of(target) == "complete" and not env.prefix.exists()
+    assert state_of(target) == "complete" and not env.prefix.exists()
 
 
 def _can_mount_tmpfs() -> bool:
@@ -431,7 +434,7 @@ def test_conda_install_builds_a_working_prefix_from_a_local_channel(
     assert code == 0, text
     report = json.loads(text)
     prefix = Path(report["prefix"])
-    assert report["installer"] == "conda-lock" and install.state_of(prefix) == "complete"
+    assert report["installer"] == "conda-lock" and state_of(prefix) == "complete"
     assert (prefix / "conda-meta").is_dir()
     hooks = prefix_hooks.HOOKS_DIR
     assert (prefix / "etc/conda/activate.d/provision.sh").read_bytes() == (

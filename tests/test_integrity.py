@@ -23,7 +23,8 @@ import pytest
 from clitools import run_cli
 from tinyindex import Env, Index
 
-from provision import environment, install
+from provision import environment
+from provision.install.place import state_of
 
 LOCK = "requirements.lock"
 
@@ -247,7 +248,7 @@ def test_kill_9_at_random_points_then_the_rerun_completes(index: Index, env: Env
         assert before == after, "something wrote into the prefix after provision was killed"
         code, out = run_cli("install", env.name, "--out", str(env.out))
         assert code == 0, out
-        assert install.state_of(env.prefix) == "complete"
+        assert state_of(env.prefix) == "complete"
         shown = subprocess.run(
             [env.prefix / "bin" / "python", "-c", "import provision_tiny as t; print(t.VERSION)"],
             capture_output=True, text=True, check=True,

@@ -22,8 +22,8 @@ from click.testing import CliRunner
 
 from provision import matrix
 from provision.cli.commands import cli
-from provision.lock import solver_exe
 from provision.matrix import spec
+from provision.tools import solver as solver_exe
 
 M = matrix.load()
 

@@ -27,8 +27,9 @@ from click.testing import CliRunner
 from clitools import run_cli
 from tinyindex import Env, Index
 
-from provision import install, registry
+from provision import registry
 from provision.cli.commands import cli
+from provision.install.place import state_of
 
 Snapshot = dict[str, tuple[str, int, str]]
 
@@ -328,7 +329,7 @@ def test_a_symlink_prefix_to_a_folder_is_followed(index: Index, env: Env, tmp_pa
     link.symlink_to(real)
     code, out = run_cli("install", env.name, "--out", str(env.out), "--prefix", str(link))
     assert code == 0, out
-    assert link.is_symlink() and install.state_of(real) == "complete"
+    assert link.is_symlink() and state_of(real) == "complete"
     assert registry.get(env.name).prefix == str(real)  # type: ignore[union-attr]
 
 
@@ -350,7 +351,7 @@ def test_kill_9_in_a_user_s_folder_then_a_file_added_is_never_wiped(
         proc.communicate(timeout=30)
     index.release.set()
     index.mode = "ok"
-    assert install.state_of(folder) == "building"
+    assert state_of(folder) == "building"
     (folder / "train.py").write_text("print('mine')\n")
     code, out = run_cli("install", env.name, "--out", str(env.out), "--prefix", str(folder))
     assert code == 1 and "train.py" in one_line(out), out
@@ -358,7 +359,7 @@ def test_kill_9_in_a_user_s_folder_then_a_file_added_is_never_wiped(
     (folder / "train.py").rename(tmp_path / "train.py")  # the user moves it out, as told
     code, out = run_cli("install", env.name, "--out", str(env.out), "--prefix", str(folder))
     assert code == 0, out
-    assert install.state_of(folder) == "complete"
+    assert state_of(folder) == "complete"
     code, out = run_cli("remove", env.name)
     assert code == 0, out
     assert folder.is_dir() and list(folder.iterdir()) == []  # the user's folder, as it was
@@ -380,7 +381,7 @@ def test_a_provision_old_left_by_a_kill_is_finished_by_the_next_run(index: Index
     prefix.rename(old)
     code, out = run_cli("install", env.name, "--out", str(env.out))
     assert code == 0 and "nothing to do" in out, out
-    assert install.state_of(prefix) == "complete" and not old.exists()
+    assert state_of(prefix) == "complete" and not old.exists()
     shutil.copytree(prefix, old, symlinks=True)
     code, out = run_cli("remove", env.name)
     assert code == 0 and not old.exists() and not prefix.exists(), out
@@ -412,14 +413,14 @@ def test_kill_9_during_install_force_is_finished_by_the_next_run(
     prefix = installed(env)
     _killed_during_force(env, index)
     old = prefix.with_name(prefix.name + ".provision-old")
-    assert old.is_dir() and install.state_of(prefix) == "building"
+    assert old.is_dir() and state_of(prefix) == "building"
     if then == "remove":
         code, out = run_cli("remove", env.name)
         assert code == 0 and not prefix.exists(), out
     else:
         extra = ["--force"] if "force" in then else []
         code, out = run_cli("install", env.name, "--out", str(env.out), *extra)
-        assert code == 0 and install.state_of(prefix) == "complete", out
+        assert code == 0 and state_of(prefix) == "complete", out
     assert sorted(os.listdir(prefix.parent)) == ([prefix.name] if then != "remove" else [])
 
 
@@ -432,7 +433,7 @@ def test_a_provision_old_that_is_not_provision_s_is_left_alone(index: Index, env
     before = snapshot(old)
     code, out = run_cli("install", env.name, "--out", str(env.out), "--force")
     assert code == 1 and "is in the way and is not provision's" in one_line(out), out
-    assert snapshot(old) == before and install.state_of(prefix) == "complete"
+    assert snapshot(old) == before and state_of(prefix) == "complete"
     code, out = run_cli("remove", env.name)
     assert code == 0, out
     assert snapshot(old) == before

@@ -15,7 +15,7 @@ import localchannel
 import yaml
 
 from provision import matrix
-from provision.lock import solver_exe
+from provision.tools import solver as solver_exe
 
 EXE = solver_exe("builtin")
 CUDA11 = next(c for c in matrix.load().cuda.values() if c.major == 11 and "cudatoolkit" in c.conda)

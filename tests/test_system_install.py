@@ -33,7 +33,7 @@ from fakes.nvidia import Artifacts, build_cudnn_archive, elf_soname, sha256_file
 
 from provision import matrix as matrix_module
 from provision import render as render_module
-from provision.install import system_script
+from provision.install.build import system_script
 from provision.matrix import Matrix
 from provision.matrix.spec import EnvSpec, all_specs
 

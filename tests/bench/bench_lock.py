@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 import localchannel  # noqa: E402
 
 from provision import matrix  # noqa: E402
-from provision.lock import pylock, solver_exe  # noqa: E402
+from provision.lock import pylock  # noqa: E402
 from provision.matrix import spec  # noqa: E402
+from provision.tools import solver as solver_exe  # noqa: E402
 
 CONDA_SECONDS = 2.0
 SOLVER_SECONDS = 5.0
