@@ -63,6 +63,7 @@ def test_the_hosts_wheel_is_reproducible_and_complete(tmp_path: Path) -> None:
     assert "provision/cli/commands.py" in names
     assert "provision/ansible/roles/provision_env/tasks/main.yml" in names
     assert any(n.startswith("provision/templates/") for n in names)
+    assert f"provision/rollout/{fleet_report.TEMPLATE}" in names  # the page's template
     meta = zipfile.ZipFile(one).read("provision-0.1.0.dist-info/METADATA").decode()
     assert "Requires-Dist: click" in meta and "\n\n" not in meta.strip()
     # It installs and runs where only Python is: a venv of its own, no provision around it.
@@ -142,6 +143,27 @@ def test_the_html_page_in_headless_chromium(tmp_path: Path) -> None:
         keep = ROOT / "tests" / "fixtures" / "fleet" / "fleet-page.png"
         keep.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, keep)
+
+
+def test_the_page_escapes_every_value(tmp_path: Path) -> None:
+    """The page is a Jinja template with autoescape on, shipped in the package: a host's detail
+    with markup, quotes and ampersands reaches the page as text, never as markup."""
+    from importlib import resources
+
+    assert (resources.files("provision") / "rollout" / fleet_report.TEMPLATE).is_file()
+    bad = 'at setup: <script>alert(1)</script> "quotes" & ampersands'
+    hosts = (HostResult("gpu-<i>", Status.FAILED, bad, "GPU & co", "1", 1.0, 0, (),
+                        ("breaks: <img src=x onerror=alert(2)> & 'more'",)),)  # fmt: skip
+    r = FleetResult('n"<a>', "2.13", "2.13.1", "pip", False, 1.0, 2, hosts, bundle="b&<c>.tar")
+    fleet_report.write(r, tmp_path)
+    page = (tmp_path / "fleet.html").read_text()
+    body = page.split("<body>")[1]
+    assert "<script" not in page and "<img" not in page and "<i>" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &#34;quotes&#34; &amp; ampersands" in body
+    assert '<li class="brk">&lt;img src=x onerror=alert(2)&gt; &amp; &#39;more&#39;</li>' in body
+    assert "gpu-&lt;i&gt;" in body and "GPU &amp; co" in body and "b&amp;&lt;c&gt;.tar" in body
+    assert "<title>provision fleet: n&#34;&lt;a&gt;</title>" in page
+    assert page.count("<td>") == 6 and '<span class="badge bad">failed</span>' in body
 
 
 run_cli = functools.partial(clitools.run_cli, quiet=False, crash=False)

@@ -19,7 +19,6 @@ from provision.cli.common import (
     VERBOSITY,
     _find,
     _os_error,
-    _progress,
     _stop_progress,
     bundle_install_options,
     emit_json,
@@ -414,11 +413,13 @@ def _install_from_bundle(
     if name is not None and name.startswith("-"):  # `install --from-bundle B -- --opt`: no NAME
         script_args = (name, *script_args)
         name = None
+    shown = presenter(quiet)
     result = unbundle.install_from_bundle(
         bundle, name=name, out=out, prefix=prefix, installer=installer,  # type: ignore[arg-type]
         solver=solver, require_gpu=require_gpu, verify=not no_verify, script_args=script_args,
-        progress=_progress(quiet), force=force,
+        report=shown, force=force,
     )  # fmt: skip
+    shown.close()
     if as_json:
         emit_json(result.as_json())
     else:

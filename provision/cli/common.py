@@ -103,11 +103,6 @@ def gpu_options(f: F) -> F:
     return click.option("--gpus", metavar="0,1", help="GPUs the environment may see.")(f)
 
 
-def _progress(quiet: bool) -> Callable[[str], None]:
-    silent = quiet or click.get_current_context().meta.get(VERBOSITY, 1) == 0  # the group's -q
-    return (lambda line: None) if silent else (lambda line: click.echo(line, err=True))
-
-
 solver_option = click.option(
     "--solver", type=click.Choice(SOLVERS), default="auto", show_default=True,
     help="conda path: what conda-lock solves with (auto: the host's, else the built-in one).",

@@ -12,7 +12,6 @@ import click
 from provision.cli.args import SafePath, finite, nonblank, size, version_xy
 from provision.cli.common import (
     _find,
-    _progress,
     emit_json,
     find_option,
     presenter,
@@ -398,12 +397,14 @@ def bundle_cmd(
 
     dest = output or Path(f"{name}.bundle.tar")
     bundle.check_output(dest, split is not None, force)  # before any download
+    report = presenter(quiet)
     result = bundle.build(
         _find(name, out).env, dest, force=force,
         split=bundle_format.parse_size(split) if split else None, with_toolkit=with_toolkit,
         cache_dir=cache_dir, provision_python=provision_python, glibc=glibc, platform=platform,
-        wheelhouse=provision_wheels, progress=_progress(quiet),
+        wheelhouse=provision_wheels, report=report,
     )  # fmt: skip
+    report.close()
     if as_json:
         emit_json(result.as_json())
         return

@@ -23,6 +23,7 @@ from typing import BinaryIO
 from provision.environment import EnvDir
 from provision.errors import StaleError, UsageError
 from provision.fileio import sha256_file
+from provision.progress import Event, Report, nothing
 from provision.rollout import bundle_fetch as fetch
 from provision.rollout import bundle_self
 from provision.rollout.bundle_format import (
@@ -154,7 +155,7 @@ def build(
     glibc: str | None = None,
     platform: str | None = None,
     wheelhouse: Path | None = None,
-    progress: fetch.Progress = lambda line: None,
+    report: Report = nothing,
     force: bool = False,
 ) -> BundleResult:
     """Write the bundle of `env` to `output` (or its parts output.001, ...); an existing file
@@ -171,14 +172,16 @@ def build(
     cache = fetch.BundleCache(Path(cache_dir) if cache_dir else fetch.default_cache())
     items = env_items(env)
     if env.path == "conda":
-        items += fetch.conda_packages(env.lock, target.subdir, cache, progress)
+        items += fetch.conda_packages(env.lock, target.subdir, cache, report)
     else:
-        progress(f"collecting the wheels of {env.lock.name} for Python {target.python}")
-        items += fetch.lock_wheels(env.lock, target, cache, progress)
+        report(
+            Event("step", f"collecting the wheels of {env.lock.name} for Python {target.python}")
+        )
+        items += fetch.lock_wheels(env.lock, target, cache, report)
     if with_toolkit:
-        items += fetch.toolkit(env.root / "system.env", cache, progress)
-    progress(f"collecting provision's wheels for Python {target.provision_python}")
-    items += bundle_self.provision_wheels(target, cache, wheelhouse, progress)
+        items += fetch.toolkit(env.root / "system.env", cache, report)
+    report(Event("step", f"collecting provision's wheels for Python {target.provision_python}"))
+    items += bundle_self.provision_wheels(target, cache, wheelhouse, report)
     items.append(bootstrap_item())
     items.sort(key=lambda i: (GROUPS.index(i.group), i.name))
     manifest = BundleManifest(
@@ -194,7 +197,12 @@ def build(
         requires=requires_of(env, target, items),
         members=tuple(Member(i.name, i.group, i.path.stat().st_size, i.sha256) for i in items),
     )
-    progress(f"writing {len(items)} members ({manifest.member_bytes / 1e6:.1f} MB) to {output}")
+    report(
+        Event(
+            "step",
+            f"writing {len(items)} members ({manifest.member_bytes / 1e6:.1f} MB) to {output}",
+        )
+    )
     files, digest = write(output, manifest, items, split, force)
     return BundleResult(
         env.name, tuple(files), digest, sum(f.stat().st_size for f in files), len(items),

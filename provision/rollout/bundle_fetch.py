@@ -17,15 +17,15 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from provision import _proc
 from provision.fileio import write_atomic
+from provision.progress import Event, Report
 from provision.rollout.bundle_format import CHUNK, BundleError, manylinux_platforms
 
-Progress = Callable[[str], None]
 PIP_TIMEOUT = 3600.0
 URL_TIMEOUT = 60.0
 
@@ -221,7 +221,7 @@ def pip_reason(done: _proc.Completed) -> str:
 
 
 def lock_wheels(
-    lock: Path, target: BundleMachine, cache: BundleCache, progress: Progress
+    lock: Path, target: BundleMachine, cache: BundleCache, report: Report
 ) -> list[Item]:
     """Every wheel of a requirements lock for the target, each one of the lock's hashes: from the
     cache, the missing ones through `pip download --require-hashes --no-deps`."""
@@ -241,7 +241,7 @@ def lock_wheels(
     chosen = picked()
     missing = [p for p in pins if chosen[p.name] is None]
     if missing:
-        progress(f"downloading {len(missing)} of {len(pins)} wheels (pip download)")
+        report(Event("info", f"downloading {len(missing)} of {len(pins)} wheels (pip download)"))
         with tempfile.TemporaryDirectory(prefix="provision-pip-", dir=folder) as tmp:
             reqs = Path(tmp) / "requirements.txt"
             reqs.write_text(
@@ -280,14 +280,14 @@ def lock_wheels(
 # -- conda-lock's packages ---------------------------------------------------------------------
 
 
-def conda_packages(lock: Path, subdir: str, cache: BundleCache, progress: Progress) -> list[Item]:
+def conda_packages(lock: Path, subdir: str, cache: BundleCache, report: Report) -> list[Item]:
     """The conda packages (and pip wheels) conda-lock.yml names for `subdir`, by their URLs."""
     from provision.lock import condafile
 
     entries = condafile.read(lock, BundleError).on(subdir)
     if not entries:
         raise BundleError(f"{lock} has no package for {subdir}; lock it with --platform {subdir}")
-    progress(f"collecting {len(entries)} packages of {lock.name} for {subdir}")
+    report(Event("step", f"collecting {len(entries)} packages of {lock.name} for {subdir}"))
     out = []
     for entry in sorted(entries, key=lambda p: p.url):
         sha, md5 = entry.hash.sha256, entry.hash.md5
@@ -295,6 +295,7 @@ def conda_packages(lock: Path, subdir: str, cache: BundleCache, progress: Progre
             raise BundleError(f"{lock}: {entry.name} has no url or hash; re-lock it")
         folder = cache.folder("wheels" if entry.pip else f"conda/{subdir}")
         item = fetch_url(entry.url, folder, sha, md5, entry.shown)
+        report(Event("detail", f"{entry.shown}: {item.path}"))
         group = "wheels" if entry.pip else "conda"
         out.append(Item(f"{group}/{item.path.name}", group, item.path, item.sha256))
     names = [i.name for i in out]
@@ -320,7 +321,7 @@ def system_values(path: Path) -> dict[str, str]:
     return values
 
 
-def toolkit(system_env: Path, cache: BundleCache, progress: Progress) -> list[Item]:
+def toolkit(system_env: Path, cache: BundleCache, report: Report) -> list[Item]:
     """The runfile and the cuDNN archive, checked as install-system.sh checks them: sha256 where
     the matrix records one, else md5; a file with neither is refused."""
     values = system_values(system_env)
@@ -335,7 +336,7 @@ def toolkit(system_env: Path, cache: BundleCache, progress: Progress) -> list[It
                 f"{system_env}: the matrix records no checksum for the {kind} "
                 f"{values.get(name)}; install-system.sh would refuse it, so does the bundle"
             )
-        progress(f"collecting the {kind} {values[name]}")
+        report(Event("step", f"collecting the {kind} {values[name]}"))
         item = fetch_url(values[url], cache.folder("toolkit"), want_sha, want_md5, kind)
         if item.path.name != values[name]:
             raise BundleError(f"{values[url]} is not named {values[name]}, as system.env says")

@@ -9,11 +9,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from provision.progress import Event, Report
 from provision.rollout.bundle_fetch import (
     BundleCache,
     BundleMachine,
     Item,
-    Progress,
     cached_digests,
     digests,
     pip_platform_args,
@@ -25,7 +25,7 @@ from provision.rollout.bundle_format import BundleError
 
 
 def provision_wheels(
-    target: BundleMachine, cache: BundleCache, wheelhouse: Path | None, progress: Progress
+    target: BundleMachine, cache: BundleCache, wheelhouse: Path | None, report: Report
 ) -> list[Item]:
     """provision's wheel and its dependencies' for the target's Python and platform: from
     `wheelhouse` as they are, else resolved by pip (at this host's versions where it can), from
@@ -46,7 +46,12 @@ def provision_wheels(
                 *pip_platform_args(target, target.provision_python), str(own)]  # fmt: skip
         done = run_pip([*base, "--no-index", "--find-links", str(folder)])
         if not done:
-            progress(f"downloading provision's dependencies for Python {target.provision_python}")
+            report(
+                Event(
+                    "info",
+                    f"downloading provision's dependencies for Python {target.provision_python}",
+                )
+            )
             shutil.rmtree(dest, ignore_errors=True)
             done = run_pip(base)
         if not done:

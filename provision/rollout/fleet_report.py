@@ -4,7 +4,6 @@ wrote back, judged once (Status), shown as a table, a JSON report and a static H
 from __future__ import annotations
 
 import enum
-import html
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -327,77 +326,33 @@ def row(r: FleetResult, h: HostResult) -> list[str]:
     return [h.host, h.gpus, h.driver, r.release, r.path, h.status.value, f"{h.seconds:.1f} s"]
 
 
-_CSS = """
-body { font: 15px/1.45 system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; color: #1d232b; }
-h1 { font-size: 1.5rem; margin-bottom: .2rem; } .sub { color: #5b6570; margin-top: 0; }
-table { border-collapse: collapse; width: 100%; margin-top: 1rem; }
-th, td { text-align: left; padding: .45rem .6rem; border-bottom: 1px solid #dde2e7;
-  vertical-align: top; }
-th { background: #f2f4f6; font-weight: 600; } td.num, td:first-child { white-space: nowrap; }
-td.num { text-align: right; }
-.badge { display: inline-block; padding: .1rem .55rem; border-radius: .8rem; font-weight: 600;
-  font-size: .85rem; white-space: nowrap; }
-.ok { background: #d8f3dc; color: #1b5e20; } .bad { background: #fde2e1; color: #8e1b13; }
-.warn { background: #fff1c2; color: #6d5200; } .detail { color: #48525c; font-size: .9rem; }
-.counts span { margin-right: 1rem; }
-ul.changes { margin: .3rem 0 0 1.1rem; padding: 0; font-size: .85rem; }
-li.brk { color: #8e1b13; } li.chg { color: #6d5200; }
-footer { margin-top: 1.5rem; color: #6b7580; font-size: .85rem; }
-"""
+TEMPLATE = "fleet.html.j2"  # beside this module, shipped in the package (and selfwheel's wheel)
 
 
 def _badge(status: Status) -> str:
+    """The badge's class: ok, warn or bad."""
     warn = (Status.REFUSED, Status.CHANGED, Status.NOT_BUILT)
-    kind = "ok" if status.ok else "warn" if status in warn else "bad"
-    return f'<span class="badge {kind}">{html.escape(status.value)}</span>'
-
-
-def _changes(h: HostResult) -> str:
-    if not h.changes:
-        return ""
-    items = "".join(
-        f'<li class="{"brk" if c.startswith("breaks:") else "chg"}">'
-        f"{html.escape(c.split(': ', 1)[-1])}</li>"
-        for c in h.changes
-    )
-    return f"<ul class=changes>{items}</ul>"
+    return "ok" if status.ok else "warn" if status in warn else "bad"
 
 
 def page(r: FleetResult) -> str:
-    """A static page: no script, no external resource; every value escaped."""
+    """A static page: no script, no external resource; every value escaped (the template's
+    autoescape)."""
+    import jinja2
+
     from provision import __version__
 
-    e = html.escape
-    rows = "\n".join(
-        "<tr>"
-        + "".join(f"<td>{e(c)}</td>" for c in row(r, h)[:5])
-        + f"<td>{_badge(h.status)}<div class=detail>{e(h.detail)}</div>{_changes(h)}</td>"
-        + f'<td class="num">{h.seconds:.1f} s</td></tr>'
-        for h in r.hosts
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(Path(__file__).parent)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
-    counts = "".join(f"<span>{e(s)}: <b>{n}</b></span>" for s, n in sorted(r.counts().items()))
-    head = "".join(f"<th>{e(c)}</th>" for c in COLUMNS)
-    mode = " (dry run: nothing was changed)" if r.check else ""
-    mode = " (drift since the roll-out)" if r.drift else mode
-    source = f", from the offline bundle {e(r.bundle)}" if r.bundle else ""
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<title>provision fleet: {e(r.name)}</title>
-<style>{_CSS}</style></head>
-<body>
-<h1>provision fleet: {e(r.name)}{e(mode)}</h1>
-<p class="sub">TensorFlow {e(r.release)} on the {e(r.path)} path{source}, {len(r.hosts)} host(s),
-{r.seconds:.1f} s in all</p>
-<p class="counts">{counts}</p>
-<table><thead><tr>{head}</tr></thead>
-<tbody>
-{rows}
-</tbody></table>
-<footer>Written by provision {e(__version__)} (provision fleet {e(r.name)}). Each host's
-{"check" if r.drift else "doctor, install and verify"} reports lie beside this page, in
-hosts/HOST/.</footer>
-</body></html>
-"""
+    return env.get_template(TEMPLATE).render(
+        r=r, version=__version__, columns=COLUMNS, row=row, badge=_badge
+    )
 
 
 def write(r: FleetResult, out: Path) -> None:

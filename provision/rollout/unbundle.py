@@ -36,7 +36,7 @@ from provision.environment import EnvDir
 from provision.errors import InstallError, UsageError
 from provision.fileio import sha256_bytes
 from provision.install import installers
-from provision.rollout.bundle_fetch import Progress
+from provision.progress import Event, Report, human_size, nothing
 from provision.rollout.bundle_format import (
     CHUNK,
     MANIFEST,
@@ -98,7 +98,7 @@ def install_from_bundle(
     verify: bool = True,
     timeout: float = 180.0,
     script_args: tuple[str, ...] = (),
-    progress: Progress = lambda line: None,
+    report: Report = nothing,
     force: bool = False,
 ) -> FromBundle:
     seconds: dict[str, float] = {}
@@ -111,9 +111,12 @@ def install_from_bundle(
             if name is not None and name != manifest.name:
                 raise UsageError(f"{source.shown} is a bundle of {manifest.name}, not of {name}")
             check_same_inputs(manifest, source.shown, force)
-            progress(
-                f"{source.shown}: {manifest.name} (TensorFlow {manifest.tf}, {manifest.path} "
-                f"path), {len(manifest.members)} members, {manifest.member_bytes / 1e6:.1f} MB"
+            report(
+                Event(
+                    "step",
+                    f"{source.shown}: {manifest.name} (TensorFlow {manifest.tf}, {manifest.path} "
+                    f"path), {len(manifest.members)} members, {manifest.member_bytes / 1e6:.1f} MB",
+                )
             )
             problems = preflight(manifest, require_gpu)
             if problems:
@@ -122,16 +125,17 @@ def install_from_bundle(
                     + "; ".join(problems) + "; nothing was copied"
                 )  # fmt: skip
             with staging_dir(digest) as staging:
-                unpack(tar, reader, source, manifest, staging, progress)
+                unpack(tar, reader, source, manifest, staging, report)
                 seconds["unpack"] = time.monotonic() - started
                 env = place_env(staging / "env" / manifest.name, out)
                 _fault("unpacked")
                 offline = _offline(env, manifest, staging, solver)
-                progress(f"building {manifest.name} with no index and no channel")
+                report(Event("step", f"building {manifest.name} with no index and no channel"))
                 t0 = time.monotonic()
                 result = install.install(
                     env, prefix, installer=installer, solver=solver,
                     script_args=_toolkit_args(manifest, staging, script_args), offline=offline,
+                    report=report,
                 )  # fmt: skip
                 seconds["install"] = time.monotonic() - t0
     except (tarfile.TarError, EOFError) as exc:
@@ -144,7 +148,7 @@ def install_from_bundle(
     if verify:
         from provision import verify as verify_mod
 
-        progress(f"verifying {manifest.name} (the smoke test)")
+        report(Event("step", f"verifying {manifest.name} (the smoke test)"))
         t0 = time.monotonic()
         checked = verify_mod.verify(
             env, prefix=result.prefix, require_gpu=require_gpu, timeout=timeout
@@ -280,7 +284,7 @@ def staging_dir(digest: str) -> Iterator[Path]:
 
 def unpack(
     tar: tarfile.TarFile, reader: Reader, source: BundleSource, manifest: BundleManifest,
-    into: Path, progress: Progress,
+    into: Path, report: Report,
 ) -> None:  # fmt: skip
     """Every member the manifest lists, in its order, each checked against its sha256 and size;
     nothing the manifest does not list; then the rest of the bundle (its parts' checksums)."""
@@ -291,7 +295,7 @@ def unpack(
             group = member.group
             count = len(manifest.group(group))
             size = sum(m.size for m in manifest.group(group))
-            progress(f"unpacking {group}: {count} file(s), {size / 1e6:.1f} MB")
+            report(Event("info", f"unpacking {group}: {count} file(s), {size / 1e6:.1f} MB"))
         info = tar.next()
         if info is None:
             raise BundleError(f"{source.shown} ends before {member.name}: it is truncated")
@@ -300,6 +304,7 @@ def unpack(
                 f"{source.shown} holds {info.name} where its manifest lists {member.name}"
             )
         _extract(tar, info, member, into / member.name, source)
+        report(Event("detail", f"{member.name}: {human_size(member.size)}, sha256 checked"))
         if number == half:
             _fault("unpacking")
     extra = tar.next()
