@@ -14,12 +14,16 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from provision import diskread, environment, fileio, userpackages
 from provision.environment import EnvDir, Found
 from provision.errors import UsageError, VerifyError
 from provision.fileio import write_atomic
 from provision.progress import Event, Report, nothing
+
+if TYPE_CHECKING:
+    from provision.install.sync import Locked
 
 
 @dataclass
@@ -78,6 +82,7 @@ def _pinned(env: EnvDir) -> set[str]:
 def _change(found: Found, old_text: str | None, new_text: str, verify: bool, report: Report,
             *, what: str, dropping: bool = False) -> Changed:  # fmt: skip
     from provision import lock
+    from provision.install.sync import Locked
 
     env = found.env
     found.editable(f"provision {'drop' if dropping else 'add'}")
@@ -91,19 +96,22 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
     with _restored_on_failure(env, old_text, old_lock):
         write_atomic(env.user_file, new_text)
         locked = lock.run(env.root.parent, env.name)
-        new_lock = env.lock.read_text(encoding="utf-8")
-        result.moved = moved(old_lock or "", new_lock, conda=env.path == "conda")
+        conda = env.path == "conda"
+        old = Locked.read(old_lock, conda) if old_lock else None  # an empty lock: nothing moved
+        new = Locked.read(env.lock.read_text(encoding="utf-8"), conda)
+        result.moved = moved(old, new)
         result.lines.append(locked.summary)
         if prefix is None:
             result.lines.append(
                 f"{env.name} is not built here; provision install {env.name} builds it"
             )
         elif old_lock is not None:
-            _sync_and_verify(env, prefix, old_lock, new_lock, verify, report, result)
+            before = old if old is not None else Locked.read(old_lock, conda)
+            _sync_and_verify(env, prefix, before, new, verify, report, result)
     return result
 
 
-def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, new_lock: str, verify: bool,
+def _sync_and_verify(env: EnvDir, prefix: Path, old: Locked, new: Locked, verify: bool,
                      report: Report, result: Changed) -> None:  # fmt: skip
     from dataclasses import replace
 
@@ -112,7 +120,7 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, new_lock: str, ve
     from provision.install.build import inputs_digest
 
     record = registry.get(env.name)
-    done = sync.sync(env, prefix, old_lock, new_lock, inputs_digest(env), report)
+    done = sync.sync(env, prefix, old, new, inputs_digest(env), report)
     result.synced_seconds = done.seconds
     result.lines.append(
         f"synced {prefix} in {done.seconds:.1f} s ({len(done.installed)} installed or changed, "
@@ -142,18 +150,11 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old_lock: str, new_lock: str, ve
         store.record_quietly(env.name, "add")
 
 
-def moved(old_lock: str, new_lock: str, *, conda: bool = False) -> list[str]:
+def moved(old: Locked | None, new: Locked) -> list[str]:
     """What changed between two locks (a conda lock: its conda and pip packages for this host), a
     line a package, sorted by name."""
-    if conda:
-        from provision.install.condasync import versions
-
-        before = versions(old_lock) if old_lock else {}
-        after = versions(new_lock)
-    else:
-        from provision.lock.requirements import pins
-
-        before, after = pins(old_lock), pins(new_lock)
+    before = old.versions() if old is not None else {}
+    after = new.versions()
     out = []
     for name in sorted(before.keys() | after.keys()):
         a, b = before.get(name), after.get(name)

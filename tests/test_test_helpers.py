@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 import itertools
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import clitools
@@ -133,36 +133,29 @@ def wheelhouses(tree: ast.Module) -> list[str]:
     ]
 
 
-def test_the_cli_is_run_through_clitools_only() -> None:
-    found = {
+def copies(scan: Callable[[ast.Module], list[str]], home: str) -> dict[str, list[str]]:
+    """What `scan` finds in each test module but the shared helper's own (`home`) and this one."""
+    return {
         rel: hits
         for rel, tree in modules()
-        if rel not in ("clitools.py", "test_test_helpers.py")
-        for hits in [cli_helpers(tree)]
+        if rel not in (home, "test_test_helpers.py")
+        for hits in [scan(tree)]
         if hits
     }
+
+
+def test_the_cli_is_run_through_clitools_only() -> None:
+    found = copies(cli_helpers, "clitools.py")
     assert not found, f"run provision with clitools.provision (tests/clitools.py): {found}"
 
 
 def test_local_http_servers_start_through_httpserve_only() -> None:
-    found = {
-        rel: hits
-        for rel, tree in modules()
-        if rel not in ("httpserve.py", "test_test_helpers.py")
-        for hits in [servers(tree)]
-        if hits
-    }
-    assert not found, f"serve with httpserve.serve (tests/httpserve.py): {found}"
+    found = copies(servers, "httpserve.py")
+    assert not found, f"serve with httpserve.Server (tests/httpserve.py): {found}"
 
 
 def test_wheelhouse_is_conftest_s_fixture_only() -> None:
-    found = {
-        rel: hits
-        for rel, tree in modules()
-        if rel not in ("conftest.py", "test_test_helpers.py")
-        for hits in [wheelhouses(tree)]
-        if hits
-    }
+    found = copies(wheelhouses, "conftest.py")
     assert not found, f"use the `wheelhouse` fixture of tests/conftest.py: {found}"
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 
 from provision.errors import InstallError
+from provision.install import owned
 from provision.install.installers import host_subdir
 from provision.lock import condafile
 from provision.lock.requirements import Pin, norm
@@ -27,39 +28,37 @@ def _host(text: str) -> list[condafile.LockedPackage]:
     return lock.on(host_subdir())
 
 
-def conda_packages(text: str) -> list[condafile.LockedPackage]:
-    """The lock's conda packages for this host."""
-    return [p for p in _host(text) if not p.pip]
-
-
-def pip_pins(text: str) -> list[Pin]:
-    """The lock's pip packages for this host, as hashed pins (what uv installs on the pip path)."""
-    return [
+def halves(text: str) -> tuple[list[condafile.LockedPackage], list[Pin]]:
+    """The lock's conda packages for this host, and its pip packages as hashed pins (what uv
+    installs on the pip path)."""
+    packages = _host(text)
+    pins = [
         Pin(norm(p.name), p.version, (f"sha256:{p.hash.sha256}",), (), 0)
-        for p in _host(text)
+        for p in packages
         if p.pip and p.hash.sha256
     ]
+    return [p for p in packages if not p.pip], pins
 
 
-def versions(text: str) -> dict[str, str]:
-    """name -> version of every package the lock puts in this host's prefix, conda and pip."""
-    return {(norm(p.name) if p.pip else p.name): p.version for p in _host(text)}
-
-
-def link(prefix: Path, old_text: str, new_text: str, report: Report = nothing) -> None:
-    """Link the conda packages of new_text into `prefix` when they differ from old_text's."""
+def link(
+    prefix: Path,
+    old: Sequence[condafile.LockedPackage],
+    new: Sequence[condafile.LockedPackage],
+    report: Report = nothing,
+) -> None:
+    """Link the conda packages `new` into `prefix` when they differ from `old`."""
     from provision.solver.errors import CondaError
     from provision.solver.install import ExplicitEntry, install_entries
 
-    def files(pkgs: Iterable[condafile.LockedPackage]) -> set[tuple[str, str | None]]:
+    def files(pkgs: Sequence[condafile.LockedPackage]) -> set[tuple[str, str | None]]:
         return {(p.file_name, p.hash.sha256 or p.hash.md5) for p in pkgs}
 
-    wanted = conda_packages(new_text)
-    if files(wanted) == files(conda_packages(old_text)):
+    was, now = files(old), files(new)
+    if was == now:
         return
-    changed = len(files(wanted) - files(conda_packages(old_text)))
+    changed = len(now - was)
     report(Event("step", f"linking conda packages ({changed} new or changed, checksums checked)"))
-    entries = [ExplicitEntry(p.url, p.hash.md5, p.hash.sha256) for p in wanted]
+    entries = [ExplicitEntry(p.url, p.hash.md5, p.hash.sha256) for p in new]
     try:
         install_entries(entries, prefix)
     except CondaError as exc:
@@ -80,11 +79,6 @@ def conda_files(prefix: Path, names: set[str]) -> set[str]:
         out.add(f"conda-meta/{path.name}")
         for rel in data.get("files") or []:
             rel = os.path.normpath(str(rel))
-            if rel.startswith(".."):
-                continue
-            out.add(rel)
-            parent = os.path.dirname(rel)
-            while parent and parent + "/" not in out:
-                out.add(parent + "/")
-                parent = os.path.dirname(parent)
+            if not rel.startswith(".."):
+                owned.add_with_folders(out, rel)
     return out

@@ -76,6 +76,16 @@ def record(prefix: Path) -> None:
     )  # fmt: skip
 
 
+def add_with_folders(names: set[str], path: str, stop: str = "") -> None:
+    """Add `path` (relative to the prefix) to `names` as the list spells it, with the folders it
+    needs (ending in /) up to, not including, `stop` ("" : up to the prefix)."""
+    names.add(path)
+    parent = os.path.dirname(path)
+    while parent and parent != stop and parent + "/" not in names:
+        names.add(parent + "/")
+        parent = os.path.dirname(parent)
+
+
 def write_list(prefix: Path, names: set[str]) -> None:
     """The list of what provision installed into prefix (folders end in /), replaced whole."""
     tmp = prefix / (FILES + ".tmp")

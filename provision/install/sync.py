@@ -26,18 +26,39 @@ from provision.errors import InstallError, ProvisionError
 from provision.fileio import sha256_text
 from provision.install import condasync, installers, owned
 from provision.install.place import read_marker, write_marker
+from provision.lock import condafile
 from provision.lock.requirements import Pin, parse_lock
 from provision.progress import Report, nothing
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A lock as the sync reads it, once: the pins uv installs (the pip path's all, the conda
+    path's pip half) and, on the conda path, its conda packages for this host."""
+
+    sha256: str  # of the lock's text: what the build marker records
+    pins: tuple[Pin, ...]
+    conda: tuple[condafile.LockedPackage, ...] | None = None  # None: a requirements lock
+
+    @classmethod
+    def read(cls, text: str, conda: bool) -> Locked:
+        if not conda:
+            return cls(sha256_text(text), tuple(parse_lock(text)))
+        packages, pins = condasync.halves(text)
+        return cls(sha256_text(text), tuple(pins), tuple(packages))
+
+    def versions(self) -> dict[str, str]:
+        """name -> version of every package the lock puts in the prefix."""
+        return {**{p.name: p.version for p in self.conda or ()}, **_versions(self.pins)}
 
 
 @dataclass(frozen=True)
 class Before:
     """The prefix as the old lock left it: what restore puts back."""
 
-    lock: str  # the old lock's text
+    lock: Locked  # the old lock
     listed: set[str] | None  # owned's list of what provision installed
     marker: dict[str, object] | None  # the build marker (none for install.sh's venv)
-    conda: bool = False  # a conda-path prefix
 
 
 @dataclass(frozen=True)
@@ -46,7 +67,7 @@ class Synced:
     removed: dict[str, str]  # name -> version that left
     seconds: float
     before: Before
-    after: str  # the new lock's text
+    after: Locked  # the new lock
 
 
 def _files_of(prefix: Path, names: set[str]) -> set[str]:
@@ -71,11 +92,7 @@ def _files_of(prefix: Path, names: set[str]) -> set[str]:
                 path = os.path.normpath(f"{base}/{rel}")
                 if not rel or path.startswith(".."):
                     continue
-                out.add(path)
-                parent = os.path.dirname(path)
-                while parent and parent != base and parent + "/" not in out:
-                    out.add(parent + "/")
-                    parent = os.path.dirname(parent)
+                owned.add_with_folders(out, path, stop=base)
             out.add(f"{base}/{dist.name}/")
     return out
 
@@ -117,19 +134,14 @@ def _pip(prefix: Path, old: Sequence[Pin], new: Sequence[Pin], report: Report, *
         installers.run_step(f"uv pip uninstall {' '.join(gone)}", argv, prefix, report=report)
 
 
-def _apply(conda: bool, prefix: Path, old: str, new: str, report: Report) -> None:
-    """Move the prefix from the lock text `old` to `new`."""
-    if not conda:
-        _pip(prefix, parse_lock(old), parse_lock(new), report)
+def _apply(prefix: Path, old: Locked, new: Locked, report: Report) -> None:
+    """Move the prefix from the lock `old` to `new`."""
+    if old.conda is None or new.conda is None:
+        _pip(prefix, old.pins, new.pins, report)
         return
-    was, now = condasync.pip_pins(old), condasync.pip_pins(new)
-    _pip(prefix, was, now, report, install=False)  # a pip package may become a conda one
-    condasync.link(prefix, old, new, report)
-    _pip(prefix, was, now, report, uninstall=False)
-
-
-def _lock_versions(conda: bool, text: str) -> dict[str, str]:
-    return condasync.versions(text) if conda else _versions(parse_lock(text))
+    _pip(prefix, old.pins, new.pins, report, install=False)  # a pip package may become conda's
+    condasync.link(prefix, old.conda, new.conda, report)
+    _pip(prefix, old.pins, new.pins, report, uninstall=False)
 
 
 def _files(conda: bool, prefix: Path, names: set[str]) -> set[str]:
@@ -137,26 +149,25 @@ def _files(conda: bool, prefix: Path, names: set[str]) -> set[str]:
 
 
 def sync(
-    env: EnvDir, prefix: Path, old_lock: str, new_lock: str, digest: str,
-    report: Report = nothing,
+    env: EnvDir, prefix: Path, old: Locked, new: Locked, digest: str, report: Report = nothing,
 ) -> Synced:  # fmt: skip
-    """Move the prefix from old_lock to new_lock (their texts); `digest`: the build
-    marker's new inputs_sha256. On any failure the prefix is put back to old_lock; the result's
-    `before` puts it back later (restore), when what follows the sync fails."""
+    """Move the prefix from the lock `old` to `new`; `digest`: the build marker's new
+    inputs_sha256. On any failure the prefix is put back to `old`; the result's `before` puts it
+    back later (restore), when what follows the sync fails."""
     start = time.monotonic()
-    conda = env.path == "conda"
+    conda = new.conda is not None
     marker = read_marker(prefix)
     # The system path's venv is made by install.sh, with no marker of provision's.
     if env.path != "system" and (marker is None or marker.get("state") != "complete"):
         raise InstallError(f"{prefix} is not a complete provision build; provision install it")
-    state = Before(old_lock, owned.recorded(prefix), marker, conda)
-    was, now = _lock_versions(conda, old_lock), _lock_versions(conda, new_lock)
+    state = Before(old, owned.recorded(prefix), marker)
+    was, now = old.versions(), new.versions()
     changed = {n for n in was.keys() | now.keys() if was.get(n) != now.get(n)}
     before = _files(conda, prefix, changed)
     try:
-        _apply(conda, prefix, old_lock, new_lock, report)
+        _apply(prefix, old, new, report)
     except BaseException:
-        restore(prefix, state, new_lock, report)
+        restore(prefix, state, new, report)
         raise
     after = _files(conda, prefix, changed)
     if state.listed is not None:
@@ -166,22 +177,21 @@ def sync(
         gone = {p for p in before - after if not (p.endswith("/") and (prefix / p).is_dir())}
         owned.write_list(prefix, (state.listed - gone) | after)
     if marker is not None:
-        lock_sha = sha256_text(new_lock)
-        write_marker(prefix, {**marker, "inputs_sha256": digest, "lock_sha256": lock_sha})
+        write_marker(prefix, {**marker, "inputs_sha256": digest, "lock_sha256": new.sha256})
     return Synced(
         {n: v for n, v in now.items() if was.get(n) != v},
         {n: v for n, v in was.items() if n not in now},
         time.monotonic() - start,
         state,
-        new_lock,
+        new,
     )
 
 
-def restore(prefix: Path, before: Before, new: str, report: Report = nothing) -> None:
+def restore(prefix: Path, before: Before, new: Locked, report: Report = nothing) -> None:
     """Put the prefix back as `before` was: the old lock's packages at their versions, those the
-    new lock (its text) added removed, the list and the marker. InstallError when it cannot."""
+    new lock added removed, the list and the marker. InstallError when it cannot."""
     try:
-        _apply(before.conda, prefix, new, before.lock, report)
+        _apply(prefix, new, before.lock, report)
     except ProvisionError as exc:
         raise InstallError(
             f"{prefix} could not be put back to its previous lock ({exc}); rebuild it with "
