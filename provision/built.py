@@ -15,6 +15,7 @@ from provision import _proc, environment, registry
 from provision.environment import Found
 from provision.errors import InstallError, ProvisionError, UsageError
 from provision.install import prefix_hooks
+from provision.matrix import kinds
 
 KERNEL_PREFIX = "provision-"
 
@@ -174,7 +175,7 @@ def run_argv(found: Found, command: Sequence[str]) -> tuple[list[str], dict[str,
     if not command:
         raise UsageError("give the command to run after --, e.g. provision run NAME -- python x.py")
     record = require_built(found)
-    env = {**os.environ, **environment.activation_env(Path(record.prefix), record.path)}
+    env = {**os.environ, **environment.activation_env(Path(record.prefix), kinds.of(record.path))}
     exe = shutil.which(command[0], path=env.get("PATH"))
     if exe is None:
         raise UsageError(f"{command[0]}: no such command in {found.env.name} or on PATH")
@@ -294,14 +295,14 @@ def export(found: Found, dest: Path) -> list[str]:
         policy = f"hooks/{payload_app.POLICY_MODULE}.py"
         shutil.copyfile(payload_app.POLICY_SOURCE, tmp / policy)
         files.append(policy)
-        if env.path == "system":
+        if env.kind.host_toolkit:
             from provision.install.build import system_script
 
             shutil.copyfile(system_script(), tmp / "install-system.sh")
             (tmp / "install-system.sh").chmod(0o755)
             files.append("install-system.sh")
         lock_text = env.lock.read_text(encoding="utf-8") if env.lock.is_file() else ""
-        if env.path != "conda" and "==" in lock_text:
+        if not env.kind.conda_env and "==" in lock_text:  # a requirements lock
             from provision.lock import pylock
 
             text = pylock.pep751(env.spec, lock_text)

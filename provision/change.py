@@ -40,7 +40,7 @@ class Changed:
 def add(found: Found, specs: Sequence[str], *, verify: bool = True,
         report: Report = nothing) -> Changed:  # fmt: skip
     env = found.env
-    conda = env.path == "conda"
+    conda = env.kind.conda_env
     wanted = [userpackages.parse_spec(s, conda, "add") for s in specs]
     old = env.user_text()
     new = userpackages.added(old, wanted, env.name, conda)
@@ -50,7 +50,7 @@ def add(found: Found, specs: Sequence[str], *, verify: bool = True,
 def drop(found: Found, names: Sequence[str], *, verify: bool = True,
          report: Report = nothing) -> Changed:  # fmt: skip
     env = found.env
-    conda = env.path == "conda"
+    conda = env.kind.conda_env
     mine = {p.name: p for p in env.packages()}
     gone = [userpackages.canonical(n.split("[")[0].strip()) for n in names]
     theirs = [n for n in gone if n not in mine]
@@ -96,7 +96,7 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
     with _restored_on_failure(env, old_text, old_lock):
         write_atomic(env.user_file, new_text)
         locked = lock.run(env.root.parent, env.name)
-        conda = env.path == "conda"
+        conda = env.kind.conda_env
         old = Locked.read(old_lock, conda) if old_lock else None  # an empty lock: nothing moved
         new = Locked.read(env.lock.read_text(encoding="utf-8"), conda)
         result.moved = moved(old, new)
@@ -183,7 +183,7 @@ def _built_prefix(found: Found) -> Path | None:
     if found.record is None:
         return None
     prefix = Path(found.record.prefix)
-    if found.env.path == "system":  # install.sh's venv: no marker of provision's
+    if not found.env.kind.owns_prefix:  # install.sh's venv: no marker of provision's
         return prefix if (prefix / "bin" / "python").exists() else None
     if state_of(prefix) != "complete":
         return None

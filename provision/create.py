@@ -92,9 +92,11 @@ def default_python(tf: str, path: str) -> str | None:
 
     The conda path brings its own Python from the channel, so the release's newest is used there.
     """
-    if path == "conda":
-        return None
     from provision import matrix
+    from provision.matrix import kinds
+
+    if kinds.of(path).conda_env:
+        return None
 
     release = matrix.load().release(tf)
     for version in reversed(release.python):
@@ -128,21 +130,22 @@ def create(
     """progress: each step as it starts and ends; report: what goes on inside the steps (the
     installers' downloads, install.sh's steps, the smoke test)."""
     from provision import matrix
-    from provision.matrix import spec
+    from provision.matrix import kinds, spec
 
-    if python and path != "conda":
+    kind = kinds.of(path)
+    if python and not kind.conda_env:
         tools.find_python(python)  # create builds here: say so before rendering anything
     spec.check_pre(matrix.load().release(tf), pre)
     python = python or default_python(tf, path)
     gpu = spec.GpuPolicy(gpu_memory, gpus)
     env_spec = spec.resolve(matrix.load(), tf, path, python, name, gpu, jupyter=jupyter)
     result = CreateResult(name=env_spec.name, path=env_spec.path, env_dir=Path(out) / env_spec.name)
-    if channels and env_spec.path != "conda":
+    if channels and not kind.conda_env:
         raise UsageError("--channel applies to the conda path only")
     from provision.userpackages import parse_spec
 
     for given in packages:  # a bad spec is refused before anything is written
-        parse_spec(given, env_spec.path == "conda", "--with")
+        parse_spec(given, kind.conda_env, "--with")
     # Everything that can be checked is checked before the first file is written.
     if prefix is not None:
         target = place.followed(Path(prefix).absolute())
@@ -277,8 +280,7 @@ def _verify(
     prefix = result.prefix
     cache = prefix / VERIFY_MARKER
     key = _verify_key(prefix)
-    owned = env.path != "system"  # the system path's venv belongs to its script
-    if owned and not force:
+    if env.kind.owns_prefix and not force:  # the system path's venv belongs to its script
         try:
             cached = json.loads(cache.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -292,7 +294,7 @@ def _verify(
     outcome = verify.verify(env, prefix=prefix)
     smoke = outcome.as_json()
     result.report, result.cpu_only = smoke, outcome.cpu_only
-    if outcome.ok and owned:
+    if outcome.ok and env.kind.owns_prefix:
         record = {"key": key, "ok": True, "cpu_only": outcome.cpu_only, "report": smoke}
         fileio.write_atomic(cache, json.dumps(record, indent=2) + "\n")
     return outcome.as_step(_named(name, out))

@@ -21,21 +21,16 @@ from pathlib import Path
 from provision import _proc, diskread, records, registry, userpackages
 from provision.errors import InstallError, ProvisionError, StaleError, UsageError
 from provision.fileio import sha256_bytes
-from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, PathKind, resolve
+from provision.matrix import kinds
+from provision.matrix.kinds import PathKind, PathName
+from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, resolve
 
 MANIFEST = "provision.json"
 RENDERED_LIMIT = 64 << 20  # a rendered file is a few KiB; a lock a few MB
 SCHEMA = 2
-LOCK_FILES: dict[str, str] = {
-    "conda": "conda-lock.yml",
-    "pip": "requirements.lock",
-    "system": "requirements.lock",
-}
-INPUT_FILES: dict[str, tuple[str, ...]] = {
-    "conda": ("environment.yml", "virtual-packages.yml"),
-    "pip": ("requirements.in",),
-    "system": ("requirements.in", "system.env"),
-}
+# Each path's reviewed inputs and its lock, as its kind names them (matrix/kinds).
+LOCK_FILES: dict[str, str] = {n: k.lock_file for n, k in kinds.KINDS.items()}
+INPUT_FILES: dict[str, tuple[str, ...]] = {n: k.input_files for n, k in kinds.KINDS.items()}
 # The user's packages (userpackages): an input of every path, theirs to edit, never in the
 # manifest's hashes; render keeps it, as it keeps the lock.
 USER_FILE = userpackages.FILE
@@ -48,8 +43,6 @@ DEFAULT_OUT = Path("envs")
 INSTALLED_RUNTIME = Path("etc/provision/runtime.env")
 # Where a build keeps the environment directory it was made from (install/prefix_hooks.py).
 KEPT_SOURCE = Path("etc/provision/env")
-# Where templates/system's install script puts its venv when run without --prefix (as root).
-SYSTEM_VENVS = Path("/opt/provision/venvs")
 
 
 class ManifestError(ProvisionError):
@@ -61,7 +54,7 @@ class Request:
     """What `provision render` was asked for: everything the spec is resolved from."""
 
     tf: str
-    path: PathKind
+    path: PathName
     python: str
     gpu_memory: str | None = None
     gpus: str | None = None
@@ -143,8 +136,12 @@ class EnvDir:
         return self.manifest.request
 
     @property
-    def path(self) -> PathKind:
+    def path(self) -> PathName:
         return self.manifest.request.path
+
+    @property
+    def kind(self) -> PathKind:
+        return kinds.of(self.path)
 
     @property
     def python(self) -> str:
@@ -159,11 +156,11 @@ class EnvDir:
 
     @property
     def lock(self) -> Path:
-        return self.root / LOCK_FILES[self.path]
+        return self.root / self.kind.lock_file
 
     @property
     def inputs(self) -> tuple[Path, ...]:
-        return tuple(self.root / rel for rel in INPUT_FILES[self.path])
+        return tuple(self.root / rel for rel in self.kind.input_files)
 
     @property
     def user_file(self) -> Path:
@@ -211,7 +208,7 @@ class EnvDir:
         text = self.user_text()
         if text is None:
             return []
-        return userpackages.parse(text, self.path == "conda", f"{self.name}/{USER_FILE}")
+        return userpackages.parse(text, self.kind.conda_env, f"{self.name}/{USER_FILE}")
 
     def edited(self) -> list[str]:
         """Rendered files that are missing or no longer what provision rendered (hand edits)."""
@@ -253,7 +250,7 @@ class EnvDir:
         return shlex.join(argv)
 
     def default_prefix(self) -> Path:
-        return default_prefix(self.name, self.path)
+        return default_prefix(self.name, self.kind)
 
 
 def _glob(folder: Path, pattern: str) -> list[Path]:
@@ -386,16 +383,8 @@ def runtime_values(spec: EnvSpec) -> dict[str, str]:
     The system path's toolkit lives outside the prefix: its install records PROVISION_CUDA_HOME.
     """
     site = f"lib/python{spec.python}/site-packages"
-    libs: list[str] = []
-    if spec.path == "conda":
-        libs.append("lib")
-    if spec.nvidia_wheels:
-        libs.append(f"{site}/nvidia/*/lib")
-    xla = ""
-    if spec.path == "conda" and spec.cuda.major >= 12:
-        xla = "."  # cuda-nvcc: ptxas in bin/, libdevice in nvvm/libdevice/
-    elif spec.path != "system" and spec.ptxas_source:
-        xla = f"{site}/nvidia/cuda_nvcc"
+    libs = spec.kind.library_folders(site, spec.nvidia_wheels)
+    xla = spec.kind.xla_dir(site, spec.cuda.major, spec.ptxas_source)
     values = {
         "PROVISION_ENV": spec.name,
         "PROVISION_LIBRARY_DIRS": ":".join(libs),
@@ -427,11 +416,9 @@ def parse_runtime(text: str) -> dict[str, str]:
 # -- a built environment ----------------------------------------------------------------------
 
 
-def default_prefix(name: str, path: str) -> Path:
-    """Always inside PROVISION_HOME, except the system path's venv, which its script places."""
-    if path == "system":
-        return SYSTEM_VENVS / name
-    return registry.home() / "envs" / name
+def default_prefix(name: str, kind: PathKind) -> Path:
+    """Inside PROVISION_HOME, except where the kind's own script places its venv (system)."""
+    return kind.default_prefix(registry.home(), name)
 
 
 def interpreter(prefix: Path) -> Path:
@@ -446,7 +433,7 @@ def site_packages(prefix: Path, python: str) -> Path:
 _SHELL_OWN = frozenset({"_", "SHLVL", "PWD", "OLDPWD"})
 
 
-def activation_env(prefix: Path, path: str) -> dict[str, str]:
+def activation_env(prefix: Path, kind: PathKind) -> dict[str, str]:
     """The variables that activating the prefix sets, for running its programs without a shell.
 
     The installed hooks are the source of truth: they are sourced in bash exactly as activation
@@ -455,11 +442,7 @@ def activation_env(prefix: Path, path: str) -> dict[str, str]:
     prefix = Path(prefix).absolute()
     base = {
         "PATH": os.pathsep.join([str(prefix / "bin"), os.environ.get("PATH", "")]),
-        **(
-            {"CONDA_PREFIX": str(prefix), "CONDA_DEFAULT_ENV": str(prefix)}
-            if path == "conda"
-            else {"VIRTUAL_ENV": str(prefix)}
-        ),
+        **kind.activation_vars(prefix),
     }
     hook = prefix / "etc" / "provision" / "activate.sh"
     if not hook.is_file():

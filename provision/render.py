@@ -23,16 +23,14 @@ from provision import diskread, environment, paths, userpackages
 from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
 from provision.fileio import dump_yaml_for_people, sha256_bytes, sha256_text
-from provision.matrix import Matrix
+from provision.matrix import Matrix, kinds
 from provision.matrix.spec import (
-    PATHS,
     EnvSpec,
     GpuPolicy,
     all_specs,
     check_pre,
     default_name,
     expected,
-    refusal,
     resolve,
 )
 from provision.steps import StepResult
@@ -53,7 +51,7 @@ EXPORT = "export"  # templates rendered only into `provision export` copies
 
 def family(spec: EnvSpec) -> str:
     """The template family of a spec: the conda path has one per CUDA major."""
-    return f"conda-cuda{spec.cuda.major}" if spec.path == "conda" else spec.path
+    return spec.kind.template_family(spec.cuda.major)
 
 
 def regen_command(spec: EnvSpec) -> str:
@@ -283,10 +281,10 @@ def run(
             )
         specs = all_specs(m)
         for rel in m.finals:
-            for kind in PATHS:
-                why = refusal(m, rel, kind)
+            for kind in kinds.KINDS.values():
+                why = kind.refusal(m, rel)
                 if why:
-                    result.lines.append(f"skipped {default_name(rel, kind)}: {why}")
+                    result.lines.append(f"skipped {default_name(rel, kind.name)}: {why}")
     else:
         if not tf:
             raise UsageError("give either --tf X.Y or --all")
@@ -310,16 +308,17 @@ def run(
 def _user_text(folder: Path, spec: EnvSpec, packages: Sequence[str]) -> str:
     """packages.in with the packages given added (the user's lines kept); UsageError before
     anything is written when one is not a package spec."""
-    conda = spec.path == "conda"
-    wanted = [userpackages.parse_spec(p, conda, "--with") for p in packages]
+    wanted = [userpackages.parse_spec(p, spec.kind.conda_env, "--with") for p in packages]
     path = folder / environment.USER_FILE
     try:
         text = path.read_text(encoding="utf-8") if os.path.lexists(path) else None
     except (OSError, UnicodeDecodeError) as exc:
         raise RenderError(f"cannot read {path}: {exc}") from exc
     if text is not None:
-        userpackages.parse(text, conda, str(path))  # the user's own lines must read first
-    return userpackages.added(text, wanted, spec.name, conda)
+        userpackages.parse(
+            text, spec.kind.conda_env, str(path)
+        )  # the user's own lines must read first
+    return userpackages.added(text, wanted, spec.name, spec.kind.conda_env)
 
 
 def _check_out_dir(out: Path, *, writing: bool) -> None:

@@ -28,6 +28,7 @@ from provision.install import prefix_hooks
 from provision.install.build import is_installed
 from provision.install.owned import MARKER
 from provision.install.place import state_of
+from provision.matrix import kinds
 
 # -- building --------------------------------------------------------------------------------
 
@@ -100,7 +101,7 @@ def test_activation_env_gives_a_direct_interpreter_what_activation_gives(
 ) -> None:
     env.lock(index.add("1.0"))
     assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
-    extra = environment.activation_env(env.prefix, "pip")
+    extra = environment.activation_env(env.prefix, kinds.of("pip"))
     nvidia_lib = site_packages(env.prefix) / "nvidia" / "provision_tiny" / "lib"
     assert extra["VIRTUAL_ENV"] == str(env.prefix)
     assert extra["LD_LIBRARY_PATH"].split(":")[0] == str(nvidia_lib)
@@ -450,7 +451,7 @@ def test_conda_install_builds_a_working_prefix_from_a_local_channel(
     ).stdout.split()  # fmt: skip
     assert shown == ["1.0", str(prefix)]
 
-    extra = environment.activation_env(prefix, "conda")
+    extra = environment.activation_env(prefix, kinds.of("conda"))
     assert extra["CONDA_PREFIX"] == str(prefix)
     assert extra["LD_LIBRARY_PATH"].split(":")[0] == str(prefix / "lib")
     found = library_versions(python, extra, spec.cuda.major, spec.cudnn.major)

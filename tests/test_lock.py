@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from provision import matrix
 from provision.cli.commands import cli
-from provision.matrix import spec
+from provision.matrix import kinds, spec
 from provision.tools import solver as solver_exe
 
 M = matrix.load()
@@ -31,7 +31,7 @@ M = matrix.load()
 def row(pred: Any) -> str:
     """The newest release on the conda path that pred accepts."""
     for rel in reversed(M.finals):
-        if spec.refusal(M, rel, "conda") is None and pred(M.cuda_of(rel), M.cudnn_of(rel)):
+        if kinds.of("conda").refusal(M, rel) is None and pred(M.cuda_of(rel), M.cudnn_of(rel)):
             return rel.tf
     pytest.skip("the matrix has no such row", allow_module_level=True)
 
@@ -39,7 +39,7 @@ def row(pred: Any) -> str:
 CUDA11_CONDA_CUDNN = row(lambda cu, dn: cu.major == 11 and dn.conda_forge)
 CUDA11_PIP_CUDNN = row(lambda cu, dn: cu.major == 11 and not dn.conda_forge)
 CUDA12 = row(lambda cu, dn: cu.major == 12)
-PIP_ROW = next(r.tf for r in reversed(M.finals) if spec.refusal(M, r, "pip") is None)
+PIP_ROW = next(r.tf for r in reversed(M.finals) if kinds.of("pip").refusal(M, r) is None)
 
 
 provision = functools.partial(clitools.provision, script=True, timeout=600)

@@ -24,15 +24,15 @@ from provision import matrix
 from provision.cli.commands import cli
 from provision.errors import LockInvalid, StaleError
 from provision.lock import check_lock
-from provision.matrix import spec
+from provision.matrix import kinds, spec
 
 M = matrix.load()
 CONDA_ROW = next(  # the pip part holds more than TensorFlow: a cuDNN wheel
     r.tf for r in reversed(M.finals)
-    if spec.refusal(M, r, "conda") is None and M.cuda_of(r).major == 11
+    if kinds.of("conda").refusal(M, r) is None and M.cuda_of(r).major == 11
     and not M.cudnn_of(r).conda_forge
 )  # fmt: skip
-PIP_ROW = next(r.tf for r in reversed(M.finals) if spec.refusal(M, r, "pip") is None)
+PIP_ROW = next(r.tf for r in reversed(M.finals) if kinds.of("pip").refusal(M, r) is None)
 BODY_TAG = "# provision-body-sha256: "
 END_TAG = "# provision-lock-end: "
 

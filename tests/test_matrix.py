@@ -23,8 +23,7 @@ from tools import wheel_facts
 
 from provision import matrix as matrix_mod
 from provision.errors import MatrixError, UnknownRelease, UsageError
-from provision.matrix import Matrix, parse
-from provision.matrix.spec import refusal
+from provision.matrix import Matrix, kinds, parse
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -163,7 +162,7 @@ def test_every_toolkit_and_cudnn_archive_has_a_published_checksum(matrix: Matrix
         if not d.url and "not yet cited" in d.note:
             # a row `matrix update` added from a wheel: the system path refuses it until cited
             users = [r for r in matrix.releases if r.cudnn == d.version]
-            assert users and all(refusal(matrix, r, "system") for r in users), d.version
+            assert users and all(kinds.of("system").refusal(matrix, r) for r in users), d.version
             continue
         assert re.fullmatch(r"[0-9a-f]{64}", d.sha256), d.version
         assert d.full in d.archive and d.url.endswith("/" + d.archive)
@@ -194,7 +193,7 @@ def test_the_pip_path_serves_exactly_the_releases_with_nvidia_wheels(matrix: Mat
     for r in matrix.releases:
         no_wheels = matrix.cuda_of(r).version in ("11.0", "11.2")
         assert (r.pip_wheels == {}) is no_wheels, r.tf
-        assert (refusal(matrix, r, "pip") is not None) is no_wheels, r.tf
+        assert (kinds.of("pip").refusal(matrix, r) is not None) is no_wheels, r.tf
 
 
 def test_known_facts_of_particular_releases(matrix: Matrix) -> None:

@@ -18,8 +18,8 @@ from wheelindex import AND_CUDA, CUDA_CONFIG_12, WheelIndex
 from provision import matrix as matrix_mod
 from provision.cli.commands import cli
 from provision.errors import UnsupportedCombination
-from provision.matrix import DATA_FILE, Matrix, Release, parse
-from provision.matrix.spec import check_pre, refusal, resolve
+from provision.matrix import DATA_FILE, Matrix, Release, kinds, parse
+from provision.matrix.spec import check_pre, resolve
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -194,8 +194,8 @@ def test_fields_the_wheels_cannot_give_are_marked_not_cited(
     assert (cudnn.full, cudnn.url, cudnn.sha256, cudnn.conda_forge) == ("9.11.0.1", "", "", "")
     assert cudnn.pip == "nvidia-cudnn-cu12==9.11.0.1"
     assert "not yet cited" in cudnn.note
-    assert refusal(m, row, "system") and "not yet cited" in str(refusal(m, row, "system"))
-    assert refusal(m, row, "pip") is None and refusal(m, row, "conda") is None
+    assert "not yet cited" in str(kinds.of("system").refusal(m, row))
+    assert kinds.of("pip").refusal(m, row) is None and kinds.of("conda").refusal(m, row) is None
 
 
 def test_a_cuda_without_a_cited_driver_row_is_refused(wheel_index: WheelIndex, data: Path) -> None:

@@ -10,12 +10,14 @@ import click
 def pick(tf: str | None, path: str | None, pre: bool) -> tuple[str, str]:
     """The release and path to create: as given, or chosen for this host (printed in 1-2 lines)."""
     if tf not in (None, "auto"):
-        return str(tf), path or "conda"
+        from provision.matrix import kinds
+
+        return str(tf), path or kinds.DEFAULT
     from provision import doctor, matrix
     from provision.doctor.choose import choose
-    from provision.matrix.spec import PATHS
+    from provision.matrix import kinds
 
-    kind = next((p for p in PATHS if p == path), None)
+    kind = kinds.KINDS[path].name if path in kinds.KINDS else None
     # PROVISION_HOST_ROOT: the stand-in host `provision doctor --root` reads (tests, copies)
     found = doctor.run(root=os.environ.get("PROVISION_HOST_ROOT") or None)
     choice = choose(found, matrix.load(), kind, pre)

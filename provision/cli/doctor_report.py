@@ -11,8 +11,7 @@ from provision import __version__
 from provision.cli.columns import columns
 from provision.doctor.model import KIND_TEXT, STATUS_TEXT, Diagnosis, Verdict
 from provision.errors import ProvisionError
-from provision.matrix import Matrix
-from provision.matrix.spec import PATHS
+from provision.matrix import Matrix, kinds
 
 
 def render(d: Diagnosis, matrix: Matrix | None = None) -> str:
@@ -204,7 +203,7 @@ def _shared_cannot(vs: Iterable[Verdict]) -> tuple[str, ...] | None:
 
 
 def _verdict_table(d: Diagnosis, matrix: Matrix | None) -> str:
-    rows = [("TF", "CUDA", "cuDNN", "driver >=", "compute", *PATHS)]
+    rows = [("TF", "CUDA", "cuDNN", "driver >=", "compute", *kinds.NAMES)]
     for tf in dict.fromkeys(v.tf for v in d.verdicts):
         cells = {v.path: v.status for v in d.verdicts if v.tf == tf}
         facts = ("", "", "", "")
@@ -221,5 +220,5 @@ def _verdict_table(d: Diagnosis, matrix: Matrix | None) -> str:
                     f"{cu.driver_min} ({cu.driver_compat_min})",
                     rel.compute_min,
                 )
-        rows.append((tf, *facts, *(cells.get(p, "") for p in PATHS)))
+        rows.append((tf, *facts, *(cells.get(p, "") for p in kinds.NAMES)))
     return "\n".join(columns(rows, indent="  "))

@@ -158,7 +158,7 @@ def pairs_cmd(framework: str, tfs: tuple[str, ...]) -> None:
     from provision import matrix
     from provision._children import workdir
     from provision.lock import frameworks
-    from provision.matrix import spec
+    from provision.matrix import kinds, spec
     from provision.progress import Event
 
     m = matrix.load()
@@ -168,7 +168,7 @@ def pairs_cmd(framework: str, tfs: tuple[str, ...]) -> None:
     rows = []
     with workdir() as tmp:
         for release in releases:
-            if spec.refusal(m, release, "pip"):
+            if kinds.of("pip").refusal(m, release):
                 continue
             s = spec.resolve(m, release.tf, "pip")
             shown(Event("step", f"TensorFlow {release.pin}, Python {s.python}: {wanted} ..."))

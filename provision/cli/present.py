@@ -129,9 +129,7 @@ def show(env: environment.EnvDir, rec: Record | None, size: int = 0, cache_bytes
     verified = _verified(rec)
     if rec.last_verify:
         verified += f", {_device(rec)}: {rec.last_verify.summary}"
-    enter = (
-        f". {rec.prefix}/bin/activate" if rec.path != "conda" else f"conda activate {rec.prefix}"
-    )
+    enter = env.kind.enter_command(rec.prefix)
     lines += [
         _row("prefix", rec.prefix + ("" if exists else " (missing)")),
         _row("python", rec.interpreter),

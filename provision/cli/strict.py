@@ -81,7 +81,9 @@ def refuse_given(ctx: click.Context, names: Sequence[str], why: str) -> None:
 
 def refuse_other_paths(ctx: click.Context, path: str) -> None:
     """--solver is the conda path's, --installer the pip and system paths': refused elsewhere."""
-    if path != "conda":
+    from provision.matrix import kinds
+
+    if not kinds.of(path).conda_env:
         refuse_given(ctx, ["solver"], f"applies to the conda path only, not the {path} path")
     else:
         refuse_given(ctx, ["installer"], "applies to the pip and system paths, not the conda path")

@@ -6,8 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from provision.cli.columns import columns
-from provision.matrix import Matrix, Release
-from provision.matrix.spec import PATHS, refusal
+from provision.matrix import Matrix, Release, kinds
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -25,7 +24,7 @@ def _conda_cell(m: Matrix, rel: Release) -> str:
 
 
 def _paths_cell(m: Matrix, rel: Release) -> str:
-    return ",".join(p for p in PATHS if refusal(m, rel, p) is None)
+    return ",".join(n for n, k in kinds.KINDS.items() if k.refusal(m, rel) is None)
 
 
 def overview(m: Matrix) -> str:
@@ -100,9 +99,9 @@ def detail(m: Matrix, rel: Release) -> str:
     cuda, cudnn = m.cuda_of(rel), m.cudnn_of(rel)
     lines = _block(f"TensorFlow {rel.tf}", rel, skip=("sources",))
     lines.append("  paths")
-    for p in PATHS:
-        why = refusal(m, rel, p)
-        state = why or ("ok: " + _conda_cell(m, rel) if p == "conda" else "ok")
+    for p, kind in kinds.KINDS.items():
+        why = kind.refusal(m, rel)
+        state = why or ("ok: " + _conda_cell(m, rel) if kind.conda_env else "ok")
         lines.append(f"    {p:<8} {state}")
     lines += ["", *_block(f"CUDA {cuda.version}", cuda, skip=("sources",))]
     lines += ["", *_block(f"cuDNN {cudnn.version}", cudnn, skip=("sources",))]
@@ -123,7 +122,7 @@ def _asdict(obj: DataclassInstance) -> dict[str, object]:
 
 def release_json(m: Matrix, rel: Release) -> dict[str, object]:
     data = _asdict(rel)
-    data["paths"] = {p: refusal(m, rel, p) or "ok" for p in PATHS}
+    data["paths"] = {p: k.refusal(m, rel) or "ok" for p, k in kinds.KINDS.items()}
     data["cuda_row"] = _asdict(m.cuda_of(rel))
     data["cudnn_row"] = _asdict(m.cudnn_of(rel))
     ids = dict.fromkeys(rel.sources + m.cuda_of(rel).sources + m.cudnn_of(rel).sources)

@@ -11,27 +11,27 @@ from dataclasses import dataclass
 from provision.doctor.hardware import gpu_fit
 from provision.doctor.model import Diagnosis, Verdict
 from provision.errors import UnsupportedCombination
-from provision.matrix import Matrix, Release
-from provision.matrix.spec import PATHS, PathKind, refusal
+from provision.matrix import Matrix, Release, kinds
+from provision.matrix.kinds import PathName
 from provision.payload import targets as gpu_targets
 from provision.payload.status import FIX, RUNS
 
 # Linux on these machines: TensorFlow's wheels are CPU builds (their build_info: is_cuda_build
 # False), and provision's environments are locked for linux-64.
 ARM = ("aarch64", "arm64")
-CPU_PATH: PathKind = "pip"  # for the CPU: TensorFlow's wheel alone, no toolkit to fetch
+CPU_PATH: PathName = "pip"  # for the CPU: TensorFlow's wheel alone, no toolkit to fetch
 
 
 @dataclass(frozen=True)
 class Choice:
     tf: str
-    path: PathKind
+    path: PathName
     why: tuple[str, ...]  # one or two lines
     gpu: bool  # False: picked for the CPU
 
 
 def choose(
-    diagnosis: Diagnosis, matrix: Matrix, path: PathKind | None = None, pre: bool = False
+    diagnosis: Diagnosis, matrix: Matrix, path: PathName | None = None, pre: bool = False
 ) -> Choice:
     host = diagnosis.host
     rows = list(reversed(matrix.releases if pre else matrix.finals))
@@ -41,7 +41,7 @@ def choose(
             "(no CUDA, so no tensorflow[and-cuda]), and provision locks its environments for "
             f"linux-64; for the CPU use `pip install tensorflow=={rows[0].pin}`"
         )
-    paths = (path,) if path else PATHS
+    paths = (path,) if path else kinds.NAMES
     verdicts = {(v.tf, v.path): v for v in diagnosis.verdicts}
     for rel in rows:
         for kind in paths:
@@ -98,11 +98,11 @@ def _first_reason(diagnosis: Diagnosis, rel: Release) -> str:
 
 
 def _for_cpu(
-    diagnosis: Diagnosis, matrix: Matrix, rows: list[Release], path: PathKind | None
+    diagnosis: Diagnosis, matrix: Matrix, rows: list[Release], path: PathName | None
 ) -> Choice:
-    kind: PathKind = path or CPU_PATH
+    kind: PathName = path or CPU_PATH
     for rel in rows:
-        if refusal(matrix, rel, kind) is None:
+        if kinds.of(kind).refusal(matrix, rel) is None:
             why = _first_reason(diagnosis, rows[0]) or "no GPU can run any release here"
             return Choice(
                 rel.tf,

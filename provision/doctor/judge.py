@@ -18,8 +18,9 @@ from provision.doctor.hardware import driver_fit, gpus_fit
 from provision.doctor.model import KIND_TEXT, Diagnosis, Verdict
 from provision.doctor.versions import major_minor
 from provision.host import HostReport, Library
-from provision.matrix import Cuda, Cudnn, Matrix, Release
-from provision.matrix.spec import PATHS, PathKind, refusal, resolve
+from provision.matrix import Cuda, Cudnn, Matrix, Release, kinds
+from provision.matrix.kinds import PathName
+from provision.matrix.spec import resolve
 from provision.payload.status import CANNOT, FIX, NOT_OFFERED, RUNS
 
 
@@ -29,7 +30,9 @@ def diagnose(
     """Every release of the matrix (or the one asked for) on every path, judged on `host`."""
     found = host_findings(host)
     releases = [matrix.release(tf)] if tf else list(matrix.finals)
-    verdicts = tuple(verdict(host, found, matrix, rel, path) for rel in releases for path in PATHS)
+    verdicts = tuple(
+        verdict(host, found, matrix, rel, path) for rel in releases for path in kinds.NAMES
+    )
     return Diagnosis(host, found.findings, verdicts, tf, digest)
 
 
@@ -48,9 +51,10 @@ class Needs:
 
 
 def verdict(
-    host: HostReport, found: HostFindings, matrix: Matrix, rel: Release, path: PathKind
+    host: HostReport, found: HostFindings, matrix: Matrix, rel: Release, path: PathName
 ) -> Verdict:
-    why_not = refusal(matrix, rel, path)
+    kind = kinds.of(path)
+    why_not = kind.refusal(matrix, rel)
     if why_not:
         return Verdict(rel.tf, path, NOT_OFFERED, (why_not,))
     cuda, cudnn = matrix.cuda_of(rel), matrix.cudnn_of(rel)
@@ -68,17 +72,17 @@ def verdict(
         notes += driver.notes + gpus.notes
     if reasons:
         return Verdict(rel.tf, path, CANNOT, reasons, (), notes)
-    if path == "conda":
+    if kind.conda_env:
         needs = _conda(host, rel, cuda, cudnn)
-    elif path == "pip":
-        needs = _pip(host, matrix, rel, cuda, cudnn)
-    else:
+    elif kind.host_toolkit:
         needs = _system(host, found, rel, cuda, cudnn)
+    else:
+        needs = _pip(host, matrix, rel, cuda, cudnn)
     fixes = tuple(dict.fromkeys(found.fixes + needs.fixes))
     return Verdict(rel.tf, path, FIX if fixes else RUNS, needs.missing, fixes, notes + needs.notes)
 
 
-def _windows(matrix: Matrix, rel: Release, path: PathKind) -> tuple[str, ...]:
+def _windows(matrix: Matrix, rel: Release, path: PathName) -> tuple[str, ...]:
     last = [r.tf for r in matrix.releases if r.windows_native_gpu]
     if not rel.windows_native_gpu:
         since = f" (the last one with it is {last[-1]})" if last else ""
@@ -86,12 +90,8 @@ def _windows(matrix: Matrix, rel: Release, path: PathKind) -> tuple[str, ...]:
             f"native Windows: TensorFlow {rel.tf} has no GPU build for Windows{since}; "
             "run it inside WSL2 instead",
         )
-    if path == "system":
-        return (
-            "native Windows: the system path installs with a Linux shell script; use the conda "
-            "path",
-        )
-    return ()
+    why = kinds.of(path).windows_refusal()
+    return (why,) if why else ()
 
 
 # --- what each path finds on the host -----------------------------------------------------------
@@ -113,7 +113,7 @@ def _matching_envs(host: HostReport, rel: Release, kinds: Sequence[str]) -> list
     ]
 
 
-def _create(rel: Release, path: PathKind, python: str = "") -> str:
+def _create(rel: Release, path: PathName, python: str = "") -> str:
     pre = " --pre" if rel.prerelease else ""
     return f"provision create --tf {rel.tf}{pre} --path {path}" + (
         f" --python {python}" if python else ""

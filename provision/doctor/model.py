@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from provision import __version__, records
 from provision.errors import ProvisionError
 from provision.host import HostReport
-from provision.matrix.spec import PathKind
+from provision.matrix.kinds import PathName
 from provision.payload.status import (
     CANNOT,
     FIX,
@@ -45,7 +45,7 @@ class Finding:
 @dataclass(frozen=True)
 class Verdict:
     tf: str
-    path: PathKind
+    path: PathName
     status: VerdictStatus
     reasons: tuple[str, ...] = ()  # why it cannot, or what is missing before the fixes
     fixes: tuple[str, ...] = ()  # commands, in the order to run them

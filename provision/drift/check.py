@@ -163,15 +163,19 @@ def _target(rec: registry.Record) -> DriftSubject:
 
 def _lock_pins(rec: registry.Record) -> dict[str, str]:
     """name -> version the lock pins (a conda lock: its linux-64 packages, pip ones included)."""
-    from provision.environment import LOCK_FILES
+    from provision.matrix import kinds
 
-    lock = Path(rec.env_dir) / LOCK_FILES.get(rec.path, "requirements.lock")
+    try:
+        kind: kinds.PathKind | None = kinds.of(rec.path)
+    except UsageError:
+        kind = None  # a path name provision does not know: read as a requirements lock
+    lock = Path(rec.env_dir) / (kind.lock_file if kind is not None else "requirements.lock")
     try:
         text = lock.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return {}
     try:
-        if rec.path == "conda":
+        if kind is not None and kind.conda_env:
             from provision.lock import condafile
             from provision.lock.requirements import norm
 

@@ -108,7 +108,7 @@ def install(
     start = time.monotonic()
     if not force:
         env.check_reviewed()
-    needs_lock = env.path != "system" or "--skip-venv" not in script_args
+    needs_lock = not env.kind.host_toolkit or "--skip-venv" not in script_args
     if needs_lock and not env.lock.is_file():
         raise InstallError(
             f"{env.lock} does not exist: run `provision lock {env.name}` first "
@@ -116,7 +116,7 @@ def install(
         )
     if needs_lock:
         _check_lock(env)
-    if env.path == "system":
+    if env.kind.host_toolkit:
         result = _install_system(env, prefix, script_args, start, offline, report)
         if "--dry-run" not in script_args and interpreter(result.prefix).exists():
             home = _system_cuda_home(env, prefix)
@@ -362,7 +362,7 @@ def _build(
             staging.mkdir(parents=True)
             write_marker(staging, record)
             staging.rename(target)
-        if env.path == "conda":
+        if env.kind.conda_env:
             used = installers.build_conda(env, target, solver, lock_fd, offline, report)
         else:
             used = installers.build_pip(env, target, installer, lock_fd, offline, report)
@@ -444,5 +444,5 @@ def system_venv(env: EnvDir, prefix: Path | None, script_args: tuple[str, ...] =
         if arg.startswith("--venv="):
             return Path(arg.split("=", 1)[1]).absolute()
     if prefix is None:
-        return environment.default_prefix(env.name, "system")
+        return environment.default_prefix(env.name, env.kind)
     return Path(prefix).absolute() / "venvs" / env.name

@@ -57,7 +57,7 @@ def install_hooks(env: EnvDir, prefix: Path, extra: Mapping[str, str] | None = N
     _copy(HOOKS_DIR / f"{HOOK_MODULE}.py", site / f"{HOOK_MODULE}.py")
     _copy(payload_app.POLICY_SOURCE, site / f"{payload_app.POLICY_MODULE}.py")
     _write(site / f"{HOOK_MODULE}.pth", f"import {HOOK_MODULE}\n")
-    if env.path == "conda":
+    if env.kind.conda_env:
         for sub, script in (
             ("activate.d", "conda-activate.sh"),
             ("deactivate.d", "conda-deactivate.sh"),

@@ -158,7 +158,7 @@ def sync(
     conda = new.conda is not None
     marker = read_marker(prefix)
     # The system path's venv is made by install.sh, with no marker of provision's.
-    if env.path != "system" and (marker is None or marker.get("state") != "complete"):
+    if env.kind.owns_prefix and (marker is None or marker.get("state") != "complete"):
         raise InstallError(f"{prefix} is not a complete provision build; provision install it")
     state = Before(old, owned.recorded(prefix), marker)
     was, now = old.versions(), new.versions()

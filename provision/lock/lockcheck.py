@@ -110,7 +110,7 @@ def _check_header(
 def _parse_body(target: LockTarget, body: str, first_line: int) -> list[Pin] | list[LockedPackage]:
     """The body's packages: requirements Pins (pip/system) or conda-lock's packages; ValueError
     if not."""
-    if target.spec.path != "conda":
+    if not target.spec.kind.conda_env:
         try:
             return parse_lock(body, first_line)
         except ValueError as exc:
@@ -125,7 +125,7 @@ def _closure(
     target: LockTarget, parsed: list[Pin] | list[LockedPackage], platform: str
 ) -> list[str]:
     # The list is of one kind, the one _parse_body read for this path: each filter keeps it all.
-    if target.spec.path != "conda":
+    if not target.spec.kind.conda_env:
         env = marker_environment(target.spec.python, platform)
         pins = [p for p in parsed if isinstance(p, Pin)]
         from provision.lock import userlock

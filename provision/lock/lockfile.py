@@ -64,7 +64,7 @@ def inputs(target: LockTarget, platforms: Sequence[str], channels: Sequence[str]
     normalised, sorted), the channels, the platforms and their virtual packages. Comments, blank
     lines, order and spelling are not inputs."""
     data: LockInputs = {"format": FORMAT, "platforms": sorted(platforms)}
-    if target.spec.path == "conda":
+    if target.spec.kind.conda_env:
         env = lockinputs.read_environment(target)
         data["dependencies"] = sorted(set(env.conda))
         data["pip"] = sorted({normal_requirement(r) for r in env.pip})
@@ -106,7 +106,7 @@ def header(target: LockTarget, data: LockInputs, regen: str, body_sha256: str) -
         f"{s.name}: TensorFlow {s.release.pin}, CUDA {s.cuda.version}, cuDNN {s.cudnn.version}, "
         f"Python {s.python}, {s.path} path"
     )
-    if s.path == "conda":
+    if s.kind.conda_env:
         how = (
             "by conda-lock from environment.yml and virtual-packages.yml (conda packages) "
             "and uv (its pip section)"
@@ -177,7 +177,7 @@ def end_line(count: int) -> str:
 
 def count(target: LockTarget, body: str) -> int:
     """The packages of a lock's body (every platform's, for a conda lock)."""
-    if target.spec.path == "conda":
+    if target.spec.kind.conda_env:
         return len(re.findall(r"^- name: ", body, re.MULTILINE))
     return len(pins(body))
 

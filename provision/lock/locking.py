@@ -43,11 +43,11 @@ def run(
     upgrade: the user's packages to resolve as of now (() for all of them; None: none)."""
     target = load_target(out, name)
     plats = list(dict.fromkeys(platforms)) or list(target.spec.platforms)
-    if target.spec.path != "conda" and channels:
+    if not target.spec.kind.conda_env and channels:
         raise UsageError(
             f"--channel is for conda environments; {name} is on the {target.spec.path} path"
         )
-    if target.spec.path != "conda" and len(plats) != 1:
+    if not target.spec.kind.conda_env and len(plats) != 1:
         raise UsageError(f"{name}: requirements.lock holds one platform; give one --platform")
     if solver not in SOLVERS:
         raise UsageError(f"--solver takes one of {', '.join(SOLVERS)}, not {solver!r}")
@@ -56,7 +56,7 @@ def run(
             f"--upgrade: {name} has no packages of yours ({name}/packages.in); TensorFlow's own "
             "dependencies move with the release (provision render --tf X.Y)"
         )
-    if upgrade is not None and target.spec.path == "conda":
+    if upgrade is not None and target.spec.kind.conda_env:
         raise UsageError("--upgrade applies to pip and system path locks")
     data = lockfile.inputs(target, plats, channels)
     rel = f"{out.name}/{name}/{target.lock_path.name}"
@@ -68,7 +68,7 @@ def run(
             return StepResult("lock", "stale", [str(exc)])
         return StepResult("lock", "done", [f"{rel} is up to date ({count} packages)"])
     started = time.monotonic()
-    if target.spec.path == "conda":
+    if target.spec.kind.conda_env:
         condalock.check_virtual_platforms(target, plats)
         body, used, note = condalock.lock(target, plats, channels, solver, cache_dir)
     else:

@@ -176,5 +176,5 @@ def user_requirements(target: LockTarget) -> list[Requirement]:
     paths, its `pypi:` lines on the conda path."""
     from packaging.requirements import Requirement
 
-    conda = target.spec.path == "conda"
+    conda = target.spec.kind.conda_env
     return [Requirement(p.spec) for p in target.packages if p.pypi or not conda]

@@ -133,7 +133,7 @@ def problems(spec: EnvSpec, text: str) -> list[str]:
     """What the lock gets wrong against the matrix row: TensorFlow's pin and every NVIDIA wheel."""
     got = pins(text)
     want = {"tensorflow": spec.release.pin}
-    if spec.path == "pip":
+    if spec.kind.pins_nvidia_wheels:
         want.update({norm(n): v for n, v in spec.release.pip_wheels.items()})
     out = []
     for name, version in sorted(want.items()):

@@ -84,7 +84,7 @@ def lock(
 def beside(target: LockTarget) -> list[str]:
     """The other frameworks among the user's packages (pip path): TensorFlow's NVIDIA libraries
     may move within its and-cuda ranges (where its wheel has them), in one CUDA line."""
-    if target.spec.path != "pip":
+    if not target.spec.kind.pins_nvidia_wheels:
         return []
     return frameworks.named([p.name for p in target.packages])
 

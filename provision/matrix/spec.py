@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
 
 from provision.errors import UnsupportedCombination, UsageError
-from provision.matrix import Cuda, Cudnn, Matrix, Release
+from provision.matrix import Cuda, Cudnn, Matrix, Release, kinds
+from provision.matrix.kinds import PathKind, PathName
 
-PathKind = Literal["conda", "system", "pip"]
-PATHS: tuple[PathKind, ...] = ("conda", "system", "pip")
-DEFAULT_PATH: PathKind = "conda"
 _DIGITS = re.compile(r"[0-9]+")
 MAX_GPUS = 1024  # GPU indices below this; no host has more
 MAX_GPU_MEMORY_MIB = 16 * 1024 * 1024  # 16 TiB: more than any GPU holds
@@ -38,7 +35,7 @@ class GpuPolicy:
 @dataclass(frozen=True)
 class EnvSpec:
     name: str
-    path: PathKind
+    kind: PathKind
     python: str
     release: Release
     cuda: Cuda
@@ -50,6 +47,10 @@ class EnvSpec:
     platforms: tuple[str, ...] = PLATFORMS
     gpu: GpuPolicy = field(default_factory=GpuPolicy)
     jupyter: bool = False  # ipykernel is part of the environment (`provision kernel NAME`)
+
+    @property
+    def path(self) -> PathName:
+        return self.kind.name
 
     @property
     def tf_version(self) -> str:
@@ -69,29 +70,7 @@ class EnvSpec:
         for dep in deps:
             if dep.startswith(("cuda-nvcc", "nvidia-cuda-nvcc")):
                 return dep
-        return "toolkit" if self.path == "system" else ""
-
-
-def refusal(matrix: Matrix, release: Release, path: PathKind) -> str | None:
-    """Why `path` cannot serve `release`, or None when it can."""
-    cuda, cudnn = matrix.cuda_of(release), matrix.cudnn_of(release)
-    if path == "pip" and not release.pip_wheels:
-        return (
-            f"the pip path cannot serve TensorFlow {release.tf}: NVIDIA publishes no "
-            f"CUDA {cuda.version} / cuDNN {cudnn.version} wheels on PyPI; "
-            "use --path conda or system"
-        )
-    if path == "system" and not (cudnn.url and cuda.runfile_url):
-        return (
-            f"the system path cannot serve TensorFlow {release.tf} yet: the cuDNN {cudnn.version} "
-            "archive and its checksum are not yet cited in the matrix; use --path pip or conda"
-        )
-    if path == "conda" and not (cudnn.conda_forge or cudnn.pip):
-        return (
-            f"the conda path cannot serve TensorFlow {release.tf}: conda-forge has no cuDNN "
-            f"{cudnn.version} for CUDA {cuda.major} and PyPI has no wheel either; use --path system"
-        )
-    return None
+        return self.kind.ptxas_fallback()
 
 
 def check_pre(release: Release, pre: bool) -> None:
@@ -103,70 +82,36 @@ def check_pre(release: Release, pre: bool) -> None:
         )
 
 
-def default_name(release: Release, path: PathKind, python: str | None = None) -> str:
+def default_name(release: Release, path: PathName, python: str | None = None) -> str:
     base = f"tf{release.tf}-{path}"
     return f"{base}-py{python}" if python else base
-
-
-def _conda_parts(
-    matrix: Matrix, release: Release, python: str
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    cuda, cudnn = matrix.cuda_of(release), matrix.cudnn_of(release)
-    conda = [f"python={python}", "pip"]
-    pip = [f"tensorflow=={release.pin}", *release.prerelease_deps]
-    if cuda.major == 11:
-        conda.append(f"cudatoolkit={cuda.conda['cudatoolkit']}")
-    else:
-        conda.append(f"cuda-version={cuda.conda['cuda_version']}")
-        conda.extend(matrix.conda_forge.cuda12_packages)
-    if cudnn.conda_forge:
-        conda.append(f"cudnn={cudnn.conda_forge}")
-    else:
-        pip.append(cudnn.pip)
-    nvcc = next((f"{n}=={v}" for n, v in release.pip_wheels.items() if "cuda-nvcc" in n), "")
-    if cuda.major == 11 and nvcc:
-        # conda-forge's cudatoolkit has no ptxas; NVIDIA's wheel of the same CUDA line does.
-        pip.append(nvcc)
-    return tuple(conda), tuple(pip)
-
-
-def _pip_parts(release: Release) -> tuple[str, ...]:
-    # The and-cuda extra names the same NVIDIA wheels we pin below; where it also pulls TensorRT
-    # (which TensorFlow's GPU path does not need and PyPI does not ship for every Python), the
-    # plain pin plus those wheels is the equivalent that resolves.
-    extra = release.and_cuda and not any(r.startswith("tensorrt") for r in release.and_cuda)
-    tf = f"tensorflow[and-cuda]=={release.pin}" if extra else f"tensorflow=={release.pin}"
-    # A pre-release's own pre-release dependencies are asked for explicitly, so the resolver
-    # allows pre-releases for those packages alone (and the lock's inputs show them).
-    pins = (f"{n}=={v}" for n, v in sorted(release.pip_wheels.items()))
-    return (tf, *release.prerelease_deps, *pins)
 
 
 def resolve(
     matrix: Matrix,
     tf: str,
-    path: str = DEFAULT_PATH,
+    path: str = kinds.DEFAULT,
     python: str | None = None,
     name: str | None = None,
     gpu: GpuPolicy | None = None,
     *,
     jupyter: bool = False,
 ) -> EnvSpec:
-    if path not in PATHS:
-        raise UsageError(f"unknown path {path!r}; choose one of {', '.join(PATHS)}")
-    kind: PathKind = path
+    kind = kinds.of(path)
     release = matrix.release(tf)
     if python is not None and python not in release.python:
         raise UnsupportedCombination(
             f"TensorFlow {release.tf} supports Python {', '.join(release.python)}, not {python}"
         )
-    why = refusal(matrix, release, kind)
+    why = kind.refusal(matrix, release)
     if why:
         raise UnsupportedCombination(why)
     chosen = python or release.python[-1]
     if name is not None and not name:
         raise UsageError("--name is empty; leave it out for the default name")
-    env_name = name or default_name(release, kind, python if python != release.python[-1] else None)
+    env_name = name or default_name(
+        release, kind.name, python if python != release.python[-1] else None
+    )
     if not NAME_RE.match(env_name):
         raise UsageError(
             f"environment name {env_name!r} is not usable as a conda environment or shell word; "
@@ -175,18 +120,13 @@ def resolve(
     gpu = gpu or GpuPolicy()
     _check_gpu_policy(gpu)
     cuda, cudnn = matrix.cuda_of(release), matrix.cudnn_of(release)
-    if kind == "conda":
-        conda_deps, pip_reqs = _conda_parts(matrix, release, chosen)
-    elif kind == "pip":
-        conda_deps, pip_reqs = (), _pip_parts(release)
-    else:
-        conda_deps, pip_reqs = (), (f"tensorflow=={release.pin}", *release.prerelease_deps)
+    conda_deps, pip_reqs = kind.requirements(matrix, release, chosen)
     if jupyter:
         # From the index like TensorFlow, so the lock of every path holds it with its hashes.
         pip_reqs = (*pip_reqs, JUPYTER_KERNEL)
     return EnvSpec(
         name=env_name,
-        path=kind,
+        kind=kind,
         python=chosen,
         release=release,
         cuda=cuda,
@@ -238,10 +178,10 @@ def _check_gpu_policy(gpu: GpuPolicy) -> None:
 def all_specs(matrix: Matrix) -> list[EnvSpec]:
     """Every release on every path that can serve it, at its default Python (`render --all`)."""
     return [
-        resolve(matrix, rel.tf, path)
+        resolve(matrix, rel.tf, kind.name)
         for rel in matrix.finals
-        for path in PATHS
-        if refusal(matrix, rel, path) is None
+        for kind in kinds.KINDS.values()
+        if kind.refusal(matrix, rel) is None
     ]
 
 

@@ -122,14 +122,14 @@ def _conda_glibc(env: EnvDir, subdir: str) -> list[tuple[int, int]]:
 
 def requires_of(env: EnvDir, target: fetch.BundleMachine, items: Sequence[fetch.Item]) -> Requires:
     floors = [w for i in items if (w := wheel_glibc(i.path.name)) is not None]
-    if env.path == "conda":
+    if env.kind.conda_env:
         floors += _conda_glibc(env, target.subdir)
     release = tuple(int(x) for x in env.spec.release.glibc_min.split(".")[:2])
     floors.append((release[0], release[1]))
     return Requires(
         machine=target.machine,
         glibc=newest(floors),
-        python=None if env.path == "conda" else env.python,
+        python=None if env.kind.conda_env else env.python,
         driver=env.spec.cuda.driver_compat_min,
         driver_full=env.spec.cuda.driver_min,
     )
@@ -162,7 +162,7 @@ def build(
     there is replaced only with `force`, and never one that is not a regular file."""
     started = time.monotonic()
     check_output(output, split is not None, force)
-    if with_toolkit and env.path != "system":
+    if with_toolkit and not env.kind.host_toolkit:
         raise UsageError(f"--with-toolkit is for the system path; {env.name} is on the {env.path}")
     env.check_reviewed()
     _check_lock(env)
@@ -171,7 +171,7 @@ def build(
     target = target_of(env, glibc, provision_python, platform)
     cache = fetch.BundleCache(Path(cache_dir) if cache_dir else fetch.default_cache())
     items = env_items(env)
-    if env.path == "conda":
+    if env.kind.conda_env:
         items += fetch.conda_packages(env.lock, target.subdir, cache, report)
     else:
         report(

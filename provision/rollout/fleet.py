@@ -77,6 +77,8 @@ def vars_text(env: EnvDir) -> str:
         "provision_env_lock_sha256": sha256_file(env.lock),
         "provision_env_gpu_memory": r.gpu_memory or "",
         "provision_env_gpus": r.gpus or "",
+        # The install runs as root where it puts the CUDA toolkit on the host (the system path).
+        "provision_env_install_as_root": env.kind.host_toolkit,
     }
     lines = [
         f"# provision fleet: {env.name} for the {ROLE} role that ships with provision.",

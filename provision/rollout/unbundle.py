@@ -36,6 +36,7 @@ from provision.environment import EnvDir
 from provision.errors import InstallError, UsageError
 from provision.fileio import sha256_bytes
 from provision.install import installers
+from provision.matrix import kinds
 from provision.progress import Event, Report, human_size, nothing
 from provision.rollout.bundle_format import (
     CHUNK,
@@ -388,7 +389,7 @@ def _offline(
     staged wheels; its conda packages are found in the staged package cache by provision-conda
     (so conda-meta keeps the channel's URLs), or named by file:// URLs for another solver."""
     wheels = staging / "wheels"
-    if env.path != "conda":
+    if not env.kind.conda_env:
         return installers.Offline(wheels)
     from provision import tools
     from provision.lock import condafile
@@ -412,7 +413,7 @@ def _toolkit_args(
     manifest: BundleManifest, staging: Path, args: tuple[str, ...]
 ) -> tuple[str, ...]:
     """system path: the staged runfile and cuDNN archive, for install-system.sh."""
-    if manifest.path != "system":
+    if not kinds.of(manifest.path).host_toolkit:
         return args
     from provision.rollout.bundle_fetch import system_values
 

@@ -35,7 +35,7 @@ import localchannel  # noqa: E402
 
 from provision import matrix  # noqa: E402
 from provision.lock import pylock  # noqa: E402
-from provision.matrix import spec  # noqa: E402
+from provision.matrix import kinds, spec  # noqa: E402
 from provision.tools import solver as solver_exe  # noqa: E402
 
 CONDA_SECONDS = 2.0
@@ -101,7 +101,7 @@ def bench_solver(work: Path, runs: int, records: int) -> list[float]:
 
 def bench_pip(work: Path, runs: int) -> float:
     m = matrix.load()
-    tf = next(r.tf for r in reversed(m.releases) if spec.refusal(m, r, "pip") is None)
+    tf = next(r.tf for r in reversed(m.releases) if kinds.of("pip").refusal(m, r) is None)
     out = work / "envs"
     name = render(out, tf, "pip")
     s = spec.resolve(m, tf, "pip")
