@@ -22,7 +22,7 @@ from provision import _proc, diskread
 from provision.environment import EnvDir
 from provision.errors import UsageError, VerifyError
 from provision.jsontypes import JSONObject
-from provision.payload import judge
+from provision.payload import judgements
 from provision.payload import report as schema
 from provision.payload.status import FAIL, PASS, WARN, CheckStatus, check_status
 from provision.payload_app import payload_argv
@@ -198,7 +198,7 @@ def _findings(
 
     tf_found, tf_want = env.get("tensorflow"), expected.get("tf_version")
     if tf_want:
-        if judge.same_version(tf_found, tf_want):
+        if judgements.same_version(tf_found, tf_want):
             add("tensorflow", PASS, f"TensorFlow {tf_found}")
         else:
             add(
@@ -208,7 +208,10 @@ def _findings(
             )
     py_found, py_want = str(env.get("python") or ""), expected.get("python")
     if py_want:
-        if judge.same_release(py_found, py_want) and len(judge.version_tuple(py_found)) >= 2:
+        if (
+            judgements.same_release(py_found, py_want)
+            and len(judgements.version_tuple(py_found)) >= 2
+        ):
             add("python", PASS, f"Python {py_found}")
         else:
             add("python", FAIL, f"Python {py_found or '?'}, the spec says {py_want}")
@@ -216,14 +219,14 @@ def _findings(
     bi = _dict(env.get("build_info"))
     if bi:
         problems = []
-        if expected.get("cuda") and not judge.same_release(
+        if expected.get("cuda") and not judgements.same_release(
             bi.get("cuda_version"), expected["cuda"]
         ):
             problems.append(
                 f"built with CUDA {bi.get('cuda_version')}, the spec says {expected['cuda']}"
             )
         built_cudnn = env.get("cudnn_header") or bi.get("cudnn_version")
-        if expected.get("cudnn") and not judge.same_release(built_cudnn, expected["cudnn"]):
+        if expected.get("cudnn") and not judgements.same_release(built_cudnn, expected["cudnn"]):
             problems.append(f"built with cuDNN {built_cudnn}, the spec says {expected['cudnn']}")
         if problems:
             add("build", FAIL, "; ".join(problems))
@@ -238,9 +241,11 @@ def _findings(
         version = _details(report, check).get("version")
         want = expected.get(f"{key}_locked")
         if version and want:  # moved for another framework: the lock's, exactly
-            add(f"{check}_version", *judge.judge_locked_version(what, str(version), str(want)))
+            add(f"{check}_version", *judgements.judge_locked_version(what, str(version), str(want)))
         elif version and expected.get(key):
-            status, reason = judge.judge_library_version(what, str(version), str(expected[key]))
+            status, reason = judgements.judge_library_version(
+                what, str(version), str(expected[key])
+            )
             add(f"{check}_version", status, reason)
 
     gpus = _list(env.get("gpus"))
@@ -249,7 +254,7 @@ def _findings(
     minimum = expected.get("compute_min")
     for gpu in gpus:
         if isinstance(gpu, dict) and gpu.get("compute_capability"):
-            status, reason = judge.judge_compute(
+            status, reason = judgements.judge_compute(
                 str(gpu["compute_capability"]), targets, str(minimum) if minimum else None
             )
             add(f"gpu{gpu.get('index')}_compute", status, f"{gpu.get('name')}: {reason}")

@@ -16,7 +16,7 @@ from fakehost import FakeGpu, FakeHost
 from provision import matrix
 from provision.cli.commands import cli
 from provision.doctor.choose import choose
-from provision.doctor.model import Diagnosis
+from provision.doctor.diagnosis import Diagnosis
 from provision.errors import UnsupportedCombination
 from provision.matrix import Release
 

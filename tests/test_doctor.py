@@ -23,9 +23,9 @@ from packaging.version import Version
 
 from provision import host, matrix
 from provision.cli import doctor_report
+from provision.doctor.diagnosis import Diagnosis
 from provision.doctor.examine import matrix_digest
 from provision.doctor.judge import diagnose
-from provision.doctor.model import Diagnosis
 from provision.matrix import Release
 
 M = matrix.load()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from provision import environment, verify
-from provision.payload import judge
+from provision.payload import judgements
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "tests" / "fixtures" / "h200-frameworks"
@@ -58,7 +58,7 @@ def test_one_process_ran_both_on_the_gpu_with_one_copy_of_each_library(order: st
 def test_a_library_the_lock_moved_is_judged_against_the_lock(
     found: str, locked: str, status: str
 ) -> None:
-    got, reason = judge.judge_locked_version("cuDNN", found, locked)
+    got, reason = judgements.judge_locked_version("cuDNN", found, locked)
     assert got == status
     assert ("as the lock holds" in reason) == (status == "pass")
 

@@ -270,13 +270,13 @@ def test_usage_errors(data: Path) -> None:
 def test_real_update_pre_gives_the_committed_2_22_row(data: Path) -> None:
     """Without its 2.22 rows, the committed matrix gets them back from the index as committed
     (only the retrieval dates may differ)."""
-    from provision.matrix import store
+    from provision.matrix import toml_writer
 
     committed = read(DATA_FILE)
     if "2.22" not in {r.tf for r in committed.releases}:
         pytest.skip("the committed matrix has no 2.22 row")
     rel = committed.release("2.22")
-    draft = store.Draft(data.read_text())
+    draft = toml_writer.Draft(data.read_text())
     draft.drop("release", "tf", "2.22")
     for sid in rel.sources:
         draft.drop("source", "id", sid)

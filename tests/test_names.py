@@ -1,4 +1,5 @@
-"""One name, one thing: no two public classes (or type aliases) of provision/ share a name.
+"""One name, one thing: no two public classes (or type aliases), and no two modules, of provision/
+share a name.
 
 A reader who meets `Target` or `Manifest` should not have to find out which of several it is. A
 type alias counts when it is named like a class (`Progress = Callable[[str], None]`): a second
@@ -50,3 +51,13 @@ def test_the_scan_sees_classes_and_aliases_but_not_constants() -> None:
         "class _Private: ...\n"
     )
     assert public_names(source) == ["Target", "Progress", "State"]
+
+
+def test_no_two_modules_share_a_name() -> None:
+    """`judge`, `model` or `store` in two packages made a reader ask which one; a module's file
+    name says what it holds, once in the package (a package's __init__ and __main__ aside)."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name not in ("__init__.py", "__main__.py"):
+            where[path.stem].append(str(path.relative_to(PACKAGE.parent)))
+    assert {n: files for n, files in where.items() if len(files) > 1} == {}

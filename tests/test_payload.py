@@ -296,7 +296,7 @@ def test_usage_of_the_zipapp(tmp_path: Path) -> None:
 
 def test_a_tensorflow_version_however_it_is_spelled() -> None:
     """TensorFlow's own __version__ of a pre-release is '2.22.0-rc0'; the package is 2.22.0rc0."""
-    from provision.payload.judge import same_version
+    from provision.payload.judgements import same_version
 
     assert same_version("2.22.0-rc0", "2.22.0rc0")
     assert same_version("2.15.0.post1", "2.15.0post1") and same_version("2.13.1", "2.13.1")

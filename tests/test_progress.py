@@ -110,7 +110,7 @@ def test_bench_warns_before_mixed_precision_on_cpu_devices() -> None:
 
 
 def test_bench_events_announce_each_configuration_and_warn_on_a_long_one() -> None:
-    from provision.payload.bench import EVENT
+    from provision.payload.bench_run import EVENT
 
     seen: list[Event] = []
     events = bench._Events(seen.append)

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import pytest
 
 from provision import __version__, records
-from provision.doctor.model import Diagnosis
+from provision.doctor.diagnosis import Diagnosis
 from provision.environment import Request
 from provision.errors import MatrixError, ProvisionError
 from provision.registry import LastVerify, Record

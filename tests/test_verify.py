@@ -34,7 +34,7 @@ from provision.cli.commands import cli
 from provision.errors import VerifyError
 from provision.install import prefix_hooks
 from provision.matrix.spec import GpuPolicy, expected, resolve
-from provision.payload import cudalibs, elf, judge
+from provision.payload import cudalibs, elf, judgements
 from provision.payload import report as schema
 from provision.payload_app import payload_argv
 
@@ -108,7 +108,7 @@ TF221_TARGETS = ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
 def test_compute_capability_against_the_build(
     cc: str, targets: list[str], minimum: str | None, status: str, words: str
 ) -> None:
-    got, reason = judge.judge_compute(cc, targets, minimum)
+    got, reason = judgements.judge_compute(cc, targets, minimum)
     assert got == status
     assert words in reason
 
@@ -126,7 +126,7 @@ def test_compute_capability_against_the_build(
     ],
 )
 def test_loaded_library_version_against_the_spec(found: str, want: str | None, status: str) -> None:
-    assert judge.judge_library_version("cuDNN", found, want)[0] == status
+    assert judgements.judge_library_version("cuDNN", found, want)[0] == status
 
 
 def test_sonames_come_from_tensorflows_own_cuda_config() -> None:
@@ -157,12 +157,12 @@ def test_sonames_come_from_tensorflows_own_cuda_config() -> None:
 @pytest.mark.parametrize("log", LOGS, ids=lambda p: p.stem)
 def test_tensorflows_real_log_on_a_cpu_host_is_all_benign(log: Path) -> None:
     text = log.read_text()
-    on_cpu = judge.classify_log(text, gpu_host=False)
-    assert judge.judge_log(on_cpu)[0] == "pass", on_cpu
+    on_cpu = judgements.classify_log(text, gpu_host=False)
+    assert judgements.judge_log(on_cpu)[0] == "pass", on_cpu
     assert on_cpu["benign"]["oneDNN notice"] >= 1
     # The same "no driver" lines on a host that has a GPU are the problem itself.
-    on_gpu = judge.classify_log(text, gpu_host=True)
-    assert judge.judge_log(on_gpu)[0] == "fail"
+    on_gpu = judgements.classify_log(text, gpu_host=True)
+    assert judgements.judge_log(on_gpu)[0] == "fail"
     assert any("Could not find cuda drivers" in line for line in on_gpu["problems"])
 
 
@@ -183,7 +183,7 @@ def test_tensorflows_real_log_on_a_cpu_host_is_all_benign(log: Path) -> None:
     ],
 )  # fmt: skip
 def test_log_lines_are_classified(line: str, status: str) -> None:
-    assert judge.judge_log(judge.classify_log(line + "\n", gpu_host=True))[0] == status
+    assert judgements.judge_log(judgements.classify_log(line + "\n", gpu_host=True))[0] == status
 
 
 def test_runpath_is_read_from_the_elf_file(tmp_path: Path) -> None:

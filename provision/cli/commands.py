@@ -438,7 +438,7 @@ def _register_use_commands() -> None:
     from provision.cli import matrix_update, packages
     from provision.cli import use as cli_use
     from provision.cli.cachecmd import cache_cmd
-    from provision.cli.check import check_cmd
+    from provision.cli.drift_report import check_cmd
 
     for command in (
         cli_use.bench_cmd, cli_use.list_cmd, cli_use.show_cmd, cli_use.remove_cmd,

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 
 from provision import __version__
 from provision.cli.columns import columns
-from provision.doctor.model import KIND_TEXT, STATUS_TEXT, Diagnosis, Verdict
+from provision.doctor.diagnosis import KIND_TEXT, STATUS_TEXT, Diagnosis, Verdict
 from provision.errors import ProvisionError
 from provision.matrix import Matrix, kinds
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from provision.doctor.diagnosis import Diagnosis, Verdict
 from provision.doctor.hardware import gpu_fit
-from provision.doctor.model import Diagnosis, Verdict
 from provision.errors import UnsupportedCombination
 from provision.matrix import Matrix, Release, kinds
 from provision.matrix.kinds import PathName

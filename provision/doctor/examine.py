@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from provision.doctor.diagnosis import Diagnosis, Registered
 from provision.doctor.judge import diagnose
-from provision.doctor.model import Diagnosis, Registered
 from provision.fileio import sha256_file
 from provision.matrix import DATA_FILE
 

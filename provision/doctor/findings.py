@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.doctor.model import KIND_TEXT, Finding
-from provision.doctor.versions import major_minor
+from provision.doctor.diagnosis import KIND_TEXT, Finding
+from provision.doctor.version_numbers import major_minor
 from provision.host import HostReport, Library
 from provision.payload.status import ERROR, FAILED, NOTE, TIMEOUT, WARNING
 

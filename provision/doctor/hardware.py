@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from provision.doctor.versions import driver_version, major_minor, version
+from provision.doctor.version_numbers import driver_version, major_minor, version
 from provision.host import Gpu, HostReport
 from provision.matrix import Cuda, Release
 from provision.payload import targets as gpu_targets

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from provision.doctor.diagnosis import KIND_TEXT, Diagnosis, Verdict
 from provision.doctor.findings import HostFindings, host_findings
 from provision.doctor.hardware import driver_fit, gpus_fit
-from provision.doctor.model import KIND_TEXT, Diagnosis, Verdict
-from provision.doctor.versions import major_minor
+from provision.doctor.version_numbers import major_minor
 from provision.host import HostReport, Library
 from provision.matrix import Cuda, Cudnn, Matrix, Release, kinds
 from provision.matrix.kinds import PathName

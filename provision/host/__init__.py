@@ -33,7 +33,7 @@ from provision.host.model import (
     Probe,
     Ptxas,
 )
-from provision.host.report import probe
+from provision.host.probing import probe
 from provision.host.root import DEFAULT_TIMEOUT
 from provision.payload.status import ProbeStatus
 

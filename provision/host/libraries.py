@@ -9,9 +9,9 @@ from pathlib import Path
 
 from provision.host import loader
 from provision.host.discovery import python_prefixes, site_packages, toolkit_roots
+from provision.host.library_versions import LIB_RE, FoundLibrary, identify
 from provision.host.model import KINDS, Library, Probe
 from provision.host.root import Context, glob
-from provision.host.versions import LIB_RE, FoundLibrary, identify
 from provision.payload import elf
 
 

@@ -47,7 +47,7 @@ def link(
     report: Report = nothing,
 ) -> None:
     """Link the conda packages `new` into `prefix` when they differ from `old`."""
-    from provision.solver.errors import CondaError
+    from provision.solver.conda_errors import CondaError
     from provision.solver.install import ExplicitEntry, install_entries
 
     def files(pkgs: Sequence[condafile.LockedPackage]) -> set[tuple[str, str | None]]:

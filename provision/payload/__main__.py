@@ -32,7 +32,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .smoke import main as smoke_main
 
         return smoke_main(args[1:], prog)
-    from .bench import main as bench_main
+    from .bench_run import main as bench_main
 
     return bench_main(args[1:], prog)
 

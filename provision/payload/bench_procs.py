@@ -25,7 +25,7 @@ from typing import IO, Any, Dict, List, Optional
 
 from .bench_schema import EVENT, Config
 from .bench_train import event
-from .runner import describe_exit, dies_with_parent, self_argv
+from .smoke_parent import describe_exit, dies_with_parent, self_argv
 
 PROGRESS_S = 20.0  # seconds between progress events while a first step (a compile) runs
 TICK_S = 0.5

@@ -9,9 +9,9 @@ from typing import Callable, Dict, Tuple
 
 from . import cudaerrors, cudalibs, probes
 from .context import Ctx
-from .judge import judge_library_version, judge_locked_version, same_release, same_version
+from .judgements import judge_library_version, judge_locked_version, same_release, same_version
 from .report import Result, result
-from .runner import describe_exit, dies_with_parent
+from .smoke_parent import describe_exit, dies_with_parent
 from .status import FAIL, PASS, SKIP, WARN
 
 

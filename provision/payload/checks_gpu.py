@@ -9,7 +9,7 @@ from typing import Any, Dict
 
 from . import probes
 from .context import Ctx
-from .judge import judge_compute, version_tuple
+from .judgements import judge_compute, version_tuple
 from .report import HOOK_MODULE, MEMORY_LIMIT_VAR, Result, result
 from .status import FAIL, PASS, SKIP, WARN
 

@@ -6,7 +6,7 @@ from typing import Any, Optional, Tuple
 
 from .checks_gpu import rel_error
 from .context import Ctx, dist_version
-from .judge import version_tuple
+from .judgements import version_tuple
 from .report import Result, result
 from .status import FAIL, PASS
 

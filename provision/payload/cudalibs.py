@@ -5,7 +5,7 @@ cudaRuntimeGetVersion, cudnnGetVersion and cudnn_version.h give (pure: nothing i
 import re
 from typing import Dict, Mapping, Optional
 
-from .judge import version_tuple
+from .judgements import version_tuple
 
 # The libraries TensorFlow dlopens at GPU start-up, with the cuda_config.h define that gives the
 # version in each soname (lib<name>.so.<version>: exactly how TF's dso_loader builds the name).

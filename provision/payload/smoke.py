@@ -33,7 +33,7 @@ import sys
 import time
 from typing import Dict, List, Optional, Tuple, cast
 
-from .judge import classify_log, judge_log
+from .judgements import classify_log, judge_log
 from .probes import probe_driver
 from .report import (
     CHECKS,
@@ -50,7 +50,7 @@ from .report import (
     result,
     summarize,
 )
-from .runner import run_all
+from .smoke_parent import run_all
 from .status import FAIL, SKIP
 
 

@@ -1,4 +1,4 @@
 """New TensorFlow releases from the package index into the matrix (`provision matrix update`, a
 maintainer command): `wheels` reads only the bytes it needs of a release's wheels (HTTP Range),
 `derive` turns them into a row's facts, `update` compares them with the matrix and writes the
-rows through `provision.matrix.store`, the one writer of the data file."""
+rows through `provision.matrix.toml_writer`, the one writer of the data file."""

@@ -18,7 +18,7 @@ from packaging.version import Version
 
 from provision.errors import MatrixError, UsageError
 from provision.fileio import write_atomic
-from provision.matrix import DATA_FILE, Matrix, Release, load, store
+from provision.matrix import DATA_FILE, Matrix, Release, load, toml_writer
 from provision.releases import derive as facts_of
 from provision.releases import wheels as idx
 from provision.releases.derive import ReleaseFacts, minor
@@ -92,7 +92,7 @@ def update(
 ) -> UpdateOutcome:
     outcome = UpdateOutcome()
     text = _read(path)
-    matrix = store.Draft(text).result()[1]
+    matrix = toml_writer.Draft(text).result()[1]
     page = idx.project(PROJECT, outcome.counter, index)
     todo = candidates(page, matrix, pre)
     if tfs:
@@ -109,7 +109,7 @@ def update(
     outcome.missing = [str(v) for _, v in sorted(todo.items(), key=lambda kv: Version(kv[0]))]
     if check or not todo:
         return outcome
-    draft = store.Draft(text)
+    draft = toml_writer.Draft(text)
     when = date or today()
     for tf, version in sorted(todo.items(), key=lambda kv: Version(kv[0])):
         facts = facts_of.read_facts(page, version, outcome.counter, when)
@@ -146,7 +146,7 @@ def _cited_elsewhere(matrix: Matrix, sid: str, tf: str) -> bool:
     return any(sid in ids for ids in rows)
 
 
-def _validated(draft: store.Draft) -> tuple[str, Matrix]:
+def _validated(draft: toml_writer.Draft) -> tuple[str, Matrix]:
     try:
         return draft.result()
     except MatrixError as exc:
@@ -194,7 +194,11 @@ def _prerelease_deps(
 
 
 def _put(
-    draft: store.Draft, matrix: Matrix, facts: ReleaseFacts, counter: idx.Counter, index: str | None
+    draft: toml_writer.Draft,
+    matrix: Matrix,
+    facts: ReleaseFacts,
+    counter: idx.Counter,
+    index: str | None,
 ) -> None:
     """Add (or replace) the release row, its sources and, when new, its cuDNN row."""
     v, wheel, tf = facts.version, facts.wheel, minor(str(facts.version))
@@ -248,7 +252,7 @@ def _put(
         f"{', '.join(facts.pythons)}, glibc >= {facts.glibc} (manylinux tags); the NVIDIA "
         f"wheels the and-cuda extra allows, pinned to the lowest with a Linux x86-64 wheel",
     })  # fmt: skip
-    row: dict[str, store.Value] = {
+    row: dict[str, toml_writer.Value] = {
         "tf": tf,
         "latest": str(v),
         "pin": str(v),
@@ -287,7 +291,7 @@ def _lowest(targets: Sequence[str]) -> str:
     return f"{low[0]}.{low[1]}"
 
 
-def _cudnn_row(version: str, full: str, cuda_major: int, source: str) -> store.Row:
+def _cudnn_row(version: str, full: str, cuda_major: int, source: str) -> toml_writer.Row:
     return {
         "version": version,
         "full": full,
@@ -313,7 +317,7 @@ def rederive(
     """Every derivable field of the rows asked for (all by default), from the wheels of each row's
     pin, against what is committed."""
     outcome = UpdateOutcome()
-    matrix = store.Draft(_read(path)).result()[1]
+    matrix = toml_writer.Draft(_read(path)).result()[1]
     rows = [matrix.release(t) for t in tfs] if tfs else list(matrix.releases)
     page = idx.project(PROJECT, outcome.counter, index)
     when = today()

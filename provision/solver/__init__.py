@@ -22,6 +22,6 @@ prefix), `install` (explicit lockfiles, checksums), `config` (caches and names),
 
 from provision.solver.channels import check_reachable
 from provision.solver.cli import main
-from provision.solver.errors import CondaError
+from provision.solver.conda_errors import CondaError
 
 __all__ = ["CondaError", "check_reachable", "main"]

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provision.solver.conda_errors import CondaError
 from provision.solver.config import PROG
-from provision.solver.errors import CondaError
 from provision.solver.virtual import VirtualPackages
 
 if TYPE_CHECKING:

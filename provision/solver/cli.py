@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from provision import __version__
-from provision.solver.commands import (
+from provision.solver.conda_commands import (
     CreateOptions,
     InfoOptions,
     ListOptions,
@@ -19,8 +19,8 @@ from provision.solver.commands import (
     cmd_list,
     emit,
 )
+from provision.solver.conda_errors import CondaError
 from provision.solver.config import PROG, rattler_version
-from provision.solver.errors import CondaError
 from provision.solver.run import RunOptions, cmd_run
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from provision.solver.channels import file_path
+from provision.solver.conda_errors import CondaError
 from provision.solver.config import pkgs_dir
-from provision.solver.errors import CondaError
 
 if TYPE_CHECKING:
     import rattler

@@ -9,8 +9,8 @@ import sys
 from dataclasses import dataclass
 from typing import NoReturn
 
-from provision.solver.errors import CondaError
-from provision.solver.prefix import require_environment, resolve_prefix
+from provision.solver.conda_errors import CondaError
+from provision.solver.conda_prefix import require_environment, resolve_prefix
 
 
 @dataclass(frozen=True)

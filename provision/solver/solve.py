@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TypedDict
 
 from provision.solver.channels import channel_config, check_reachable, split_channels
+from provision.solver.conda_errors import CondaError
 from provision.solver.config import cache_dir
-from provision.solver.errors import CondaError
 from provision.solver.virtual import as_generic, virtual_packages
 
 if TYPE_CHECKING:

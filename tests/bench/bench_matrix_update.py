@@ -82,9 +82,9 @@ class CountingProxy:
 def strip_release(src: Path, dest: Path, tf: str) -> str:
     """Copy the matrix without the release's rows; the pin it had."""
     sys.path.insert(0, str(ROOT))
-    from provision.matrix import store
+    from provision.matrix import toml_writer
 
-    draft = store.Draft(src.read_text(encoding="utf-8"))
+    draft = toml_writer.Draft(src.read_text(encoding="utf-8"))
     _, matrix = draft.result()
     rel = matrix.release(tf)
     draft.drop("release", "tf", rel.tf)

@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from provision.solver.conda_errors import CondaError
 from provision.solver.config import envs_dir
-from provision.solver.errors import CondaError
 from provision.solver.solve import LinkEntry
 
 

@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import TypedDict
 
 from provision import __version__
+from provision.solver.conda_errors import CondaError
+from provision.solver.conda_prefix import (
+    InstalledPackage,
+    installed,
+    require_environment,
+    resolve_prefix,
+)
 from provision.solver.config import (
     PROG,
     cache_dir,
@@ -19,14 +26,7 @@ from provision.solver.config import (
     rattler_version,
     target_subdir,
 )
-from provision.solver.errors import CondaError
 from provision.solver.install import install_explicit, install_records
-from provision.solver.prefix import (
-    InstalledPackage,
-    installed,
-    require_environment,
-    resolve_prefix,
-)
 from provision.solver.solve import FetchEntry, LinkEntry, fetch_entry, link_entry, solve
 from provision.solver.virtual import virtual_packages
 

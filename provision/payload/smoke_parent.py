@@ -18,7 +18,7 @@ import threading
 import time
 from typing import IO, Callable, Dict, List, Optional, Tuple
 
-from .judge import classify_log
+from .judgements import classify_log
 from .report import PARENT_CHECKS, Result, result
 from .status import FAIL, PASS, SKIP
 

@@ -13,8 +13,8 @@ from provision.host.discovery import probe_environments, probe_ptxas
 from provision.host.gpu import probe_gpus
 from provision.host.libraries import probe_libraries
 from provision.host.model import Driver, HostReport
+from provision.host.probe_threads import Task, run_all
 from provision.host.root import Context
-from provision.host.runner import Task, run_all
 from provision.host.system import os_family, probe_system
 
 
