@@ -25,7 +25,7 @@ from tinyindex import ROOT, Env, Index, bash, pip_release, site_packages
 from provision import environment, matrix, tools
 from provision.errors import InstallError
 from provision.install import prefix_hooks
-from provision.install.build import is_installed
+from provision.install.build import inputs_digest
 from provision.install.owned import MARKER
 from provision.install.place import state_of
 from provision.matrix import kinds
@@ -182,7 +182,7 @@ def test_failed_rebuild_puts_the_working_environment_back(index: Index, env: Env
     # The 1.0 environment is back, complete for its own (old) lock, and not taken for the new one.
     assert list(site_packages(env.prefix).glob("provision_tiny-1.0.dist-info"))
     assert state_of(env.prefix) == "complete"
-    assert not is_installed(environment.load(env.dir), env.prefix)
+    assert state_of(env.prefix, inputs_digest(environment.load(env.dir))) != "complete"
     index.mode = "ok"
     assert run_cli("install", env.name, "--out", str(env.out))[0] == 0
     assert list(site_packages(env.prefix).glob("provision_tiny-2.0.dist-info"))

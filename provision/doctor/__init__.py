@@ -6,11 +6,11 @@ too new for the build, native Windows), or `n/a` (the path does not serve the re
 Host-wide findings (reboot due, two cuDNN copies on the loader's path, libraries newer than the
 driver, ...) come first. Pure: the probing is provision.host's; `run` only ties the two together.
 
-Modules: `examine` (`run`: probe, judge, list the registered environments; the face re-exports
-it), `model` (the results and their JSON), `findings` (host-wide findings, once per diagnosis),
-`hardware` (the driver and GPUs against a release), `judge` (`diagnose`: a verdict per release and
-path), and `versions` (lenient version numbers). The terminal layout is the CLI's
-(cli/doctor_report).
+Modules: `examine` (`run`: probe, judge, list the registered environments; the face re-exports it),
+`diagnosis` (the results, the verdict and finding words, and their JSON), `findings` (host-wide
+findings, once per diagnosis), `hardware` (the driver and GPUs against a release), `judge`
+(`diagnose`: a verdict per release and path), and `version_numbers` (lenient version numbers). The
+terminal layout is the CLI's (cli/doctor_report).
 """
 
 from provision.doctor.examine import run

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.doctor.diagnosis import Diagnosis, Verdict
+from provision.doctor.diagnosis import FIX, RUNS, Diagnosis, Verdict
 from provision.doctor.hardware import gpu_fit
 from provision.errors import UnsupportedCombination
 from provision.matrix import Matrix, Release, kinds
 from provision.matrix.kinds import PathName
 from provision.payload import targets as gpu_targets
-from provision.payload.status import FIX, RUNS
 
 # Linux on these machines: TensorFlow's wheels are CPU builds (their build_info: is_cuda_build
 # False), and provision's environments are locked for linux-64.

@@ -1,7 +1,7 @@
 """The doctor's results as values: host-wide findings, a verdict per release and path, the
 environments provision built here, and the diagnosis holding them, with its JSON form (`schema` 1).
 
-The status words are provision.payload.status's (VerdictStatus, FindingLevel); the JSON carries
+The verdict and finding words are defined here (VerdictStatus, FindingLevel); the JSON carries
 them as they are.
 """
 
@@ -9,21 +9,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Final, Literal
 
 from provision import __version__, records
 from provision.errors import ProvisionError
 from provision.host import HostReport
 from provision.matrix.kinds import PathName
-from provision.payload.status import (
-    CANNOT,
-    FIX,
-    NOT_OFFERED,
-    RUNS,
-    FindingLevel,
-    VerdictStatus,
-)
 
 SCHEMA = 1
+# The doctor's verdict on a release and path: ready now, ready after the fixes listed, cannot
+# (with why), or the path does not serve the release anywhere.
+VerdictStatus = Literal["runs", "fix", "cannot", "n/a"]
+RUNS: Final[VerdictStatus] = "runs"
+FIX: Final[VerdictStatus] = "fix"
+CANNOT: Final[VerdictStatus] = "cannot"
+NOT_OFFERED: Final[VerdictStatus] = "n/a"
+VERDICT_STATUSES: Final[tuple[VerdictStatus, ...]] = (RUNS, FIX, CANNOT, NOT_OFFERED)
+
+# How much a host-wide finding of the doctor matters.
+FindingLevel = Literal["error", "warning", "note"]
+ERROR: Final[FindingLevel] = "error"
+WARNING: Final[FindingLevel] = "warning"
+NOTE: Final[FindingLevel] = "note"
+FINDING_LEVELS: Final[tuple[FindingLevel, ...]] = (ERROR, WARNING, NOTE)
+
+
 STATUS_TEXT: Mapping[VerdictStatus, str] = {
     RUNS: "runs",
     FIX: "runs after a fix",

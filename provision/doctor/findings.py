@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.doctor.diagnosis import KIND_TEXT, Finding
+from provision.doctor.diagnosis import ERROR, KIND_TEXT, NOTE, WARNING, Finding
 from provision.doctor.version_numbers import major_minor
 from provision.host import HostReport, Library
-from provision.payload.status import ERROR, FAILED, NOTE, TIMEOUT, WARNING
+from provision.host.model import FAILED, TIMEOUT
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.doctor.diagnosis import KIND_TEXT, Diagnosis, Verdict
+from provision.doctor.diagnosis import CANNOT, FIX, KIND_TEXT, NOT_OFFERED, RUNS, Diagnosis, Verdict
 from provision.doctor.findings import HostFindings, host_findings
 from provision.doctor.hardware import driver_fit, gpus_fit
 from provision.doctor.version_numbers import major_minor
@@ -21,7 +21,6 @@ from provision.host import HostReport, Library
 from provision.matrix import Cuda, Cudnn, Matrix, Release, kinds
 from provision.matrix.kinds import PathName
 from provision.matrix.spec import resolve
-from provision.payload.status import CANNOT, FIX, NOT_OFFERED, RUNS
 
 
 def diagnose(

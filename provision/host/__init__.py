@@ -14,11 +14,11 @@ the home directory shown as `~`, so that a report can be pasted into an issue as
 Environment knobs: PROVISION_NO_NVML=1 (use nvidia-smi), PROVISION_NO_DLOPEN=1 (never load a
 library, read versions from files only), PROVISION_PROBE_TIMEOUT (seconds per external call).
 
-Modules: `model` (the report and its JSON), `root` (the stand-in root), `loader` (ld.so's search),
-`versions` (a library's version), `gpu` (NVML, nvidia-smi, the driver's files), `system`,
-`discovery` (Pythons, environments, toolkits, ptxas), `libraries` (the CUDA library search),
-`runner` (threads and the deadline) and `report` (`probe()`). Each probe returns its own frozen
-result; only `probe()` puts them together.
+Modules: `model` (the report, the probes' status words, and its JSON), `root` (the stand-in root),
+`loader` (ld.so's search), `library_versions` (a library's version), `gpu` (NVML, nvidia-smi, the
+driver's files), `system`, `discovery` (Pythons, environments, toolkits, ptxas), `libraries` (the
+CUDA library search), `probe_threads` (threads and the deadline) and `probing` (`probe()`). Each
+probe returns its own frozen result; only `probe()` puts them together.
 """
 
 from provision.host.loader import loader_conf_dirs
@@ -31,11 +31,11 @@ from provision.host.model import (
     HostReport,
     Library,
     Probe,
+    ProbeStatus,
     Ptxas,
 )
 from provision.host.probing import probe
 from provision.host.root import DEFAULT_TIMEOUT
-from provision.payload.status import ProbeStatus
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -18,9 +18,8 @@ from pathlib import Path
 from provision import _proc
 from provision.errors import ProvisionError, ToolMissing
 from provision.host.loader import search_dirs
-from provision.host.model import Driver, Gpu, Probe
+from provision.host.model import Driver, Gpu, Probe, ProbeStatus
 from provision.host.root import Context, glob, read_text
-from provision.payload.status import ProbeStatus
 
 SMI_FIELDS = (
     "index", "name", "uuid", "driver_version", "compute_cap", "memory.total", "memory.used",

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Final, Literal
 
 from provision import records
 from provision.errors import ProvisionError
-from provision.payload.status import ProbeStatus
 
 SCHEMA = 1
+# What one host probe (provision.host) got: an answer, nothing to ask, an error, no answer in
+# time, or not asked (a PROVISION_NO_* knob).
+ProbeStatus = Literal["ok", "absent", "failed", "timeout", "skipped"]
+OK: Final[ProbeStatus] = "ok"
+ABSENT: Final[ProbeStatus] = "absent"
+FAILED: Final[ProbeStatus] = "failed"
+TIMEOUT: Final[ProbeStatus] = "timeout"
+SKIPPED: Final[ProbeStatus] = "skipped"
+PROBE_STATUSES: Final[tuple[ProbeStatus, ...]] = (OK, ABSENT, FAILED, TIMEOUT, SKIPPED)
+
+
 KINDS = ("cudart", "cudnn", "cublas")
 
 

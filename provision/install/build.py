@@ -85,10 +85,6 @@ def inputs_digest(env: EnvDir) -> str:
     return fileio.sha256_bytes(b"".join(parts))
 
 
-def is_installed(env: EnvDir, prefix: Path) -> bool:
-    return state_of(prefix, inputs_digest(env)) == "complete"
-
-
 def install(
     env: EnvDir,
     prefix: Path | None = None,

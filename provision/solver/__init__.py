@@ -14,10 +14,10 @@ Virtual packages arrive as conda-lock's fake `file://` channel (records named `_
 CONDA_OVERRIDE_* variables; the target platform as CONDA_SUBDIR. Answers use conda's JSON shapes.
 Explicit lockfiles are installed only after every archive matched the lock's checksum.
 
-Modules: `cli` (arguments, dispatch, exit codes), `commands` (create/install/update, list, info,
-env), `run`, `channels` (channel URLs, conda-lock's fake channel, reachability), `virtual`
-(virtual packages), `solve` (the solve and conda's FETCH/LINK shapes), `prefix` (an installed
-prefix), `install` (explicit lockfiles, checksums), `config` (caches and names), `errors`.
+Modules: `cli` (arguments, dispatch, exit codes), `conda_commands` (create/install/update, list,
+info, env), `run`, `channels` (channel URLs, conda-lock's fake channel, reachability), `virtual`
+(virtual packages), `solve` (the solve and conda's FETCH/LINK shapes), `conda_prefix` (an installed
+prefix), `install` (explicit lockfiles, checksums), `config` (caches and names), `conda_errors`.
 """
 
 from provision.solver.channels import check_reachable
