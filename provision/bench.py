@@ -10,9 +10,9 @@ import platform
 import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TypedDict
+from typing import Literal, TypedDict
 
 from provision import _proc, diskread
 from provision.errors import ProvisionError, UsageError
@@ -26,6 +26,65 @@ LONG_S = 600.0  # a configuration expected to take longer than this is warned ab
 
 class BenchError(ProvisionError):
     """The benchmark could not run, or printed no report."""
+
+
+Switch = Literal["on", "off", "auto"]  # XLA for a part: on, off, or Keras's default
+
+
+class BenchOptionError(UsageError):
+    """A benchmark option that the payload would refuse after TensorFlow has loaded."""
+
+    def __init__(self, flag: str, message: str) -> None:
+        super().__init__(f"{flag}: {message}")
+        self.flag, self.message = flag, message
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What the payload's benchmark runs, typed, in the order of `provision bench`'s options: the
+    payload's flags and the command line a report shows are written from it. Checked when made:
+    what the payload would refuse after TensorFlow has loaded is refused first."""
+
+    gpus: str = "1"
+    precision: str = ",".join(bench_schema.PRECISIONS)
+    model: str = "resnet50"
+    image_size: int = 32
+    batch_per_replica: int = 128
+    global_batch: int | None = None
+    steps: int = 30
+    warmup: int = 5
+    jit: Switch = "auto"
+    steps_per_execution: int = 1
+    data_format: str = "channels_last"
+    data: str = "tf.data"
+    loop: str = "fit"
+    strategy: str = "mirrored"
+    max_seconds: float = 0
+    gpu_memory: str = "env"
+    batchnorm: str = "default"
+    optimizer_jit: Switch = "auto"
+    xla_cache: str | None = None  # absolute
+    profile: str | None = None  # absolute
+    dataset: Path | None = None
+    cpu_devices: int = 0
+
+    def __post_init__(self) -> None:
+        for flag, count in (("--steps", self.steps), ("--warmup", self.warmup)):
+            if count % self.steps_per_execution:
+                raise BenchOptionError(
+                    flag, f"{count} is not a multiple of --steps-per-execution "
+                    f"{self.steps_per_execution}",
+                )  # fmt: skip
+        if self.strategy == "default" and self.gpus != "1":
+            raise BenchOptionError("--gpus", "--strategy default runs on one device: give --gpus 1")
+
+    @staticmethod
+    def switch(value: bool | None) -> Switch:
+        """A --x/--no-x flag as the payload takes it: given on, given off, or not given."""
+        return "on" if value is True else "off" if value is False else "auto"
+
+    def items(self) -> list[tuple[str, object]]:
+        return [(f.name, getattr(self, f.name)) for f in fields(self)]
 
 
 @dataclass(frozen=True)
@@ -84,7 +143,7 @@ class BenchResult:
         }
 
 
-def bench_argv(python: Path, options: Mapping[str, object], json_out: Path) -> list[str]:
+def bench_argv(python: Path, options: BenchOptions, json_out: Path) -> list[str]:
     args = ["--json", str(json_out)]
     for key, value in options.items():
         if value is None or value is False:
@@ -112,12 +171,12 @@ def check_plot(plot: Path) -> None:
         raise BenchError(f"--plot {plot}: {existing} is not writable; choose another place")
 
 
-def slow_warnings(options: Mapping[str, object]) -> list[str]:
+def slow_warnings(options: BenchOptions) -> list[str]:
     """Configurations known to crawl, said before anything starts: mixed precision on CPU devices
     emulates float16/bfloat16 (measured: 1.4 images/s for the mlp model in float16)."""
-    if not options.get("cpu_devices"):
+    if not options.cpu_devices:
         return []
-    mixed = [p for p in str(options.get("precision", "")).split(",") if p.startswith("mixed_")]
+    mixed = [p for p in options.precision.split(",") if p.startswith("mixed_")]
     if not mixed:
         return []
     return [
@@ -191,7 +250,7 @@ class _Events:
 def run(
     targets: Sequence[BenchTarget],
     *,
-    options: Mapping[str, object],
+    options: BenchOptions,
     plot: Path | None,
     timeout: float = 3600,
     report: Report = nothing,
@@ -230,7 +289,7 @@ def run(
 
 
 def _one(
-    target: BenchTarget, options: Mapping[str, object], timeout: float, events: _Events
+    target: BenchTarget, options: BenchOptions, timeout: float, events: _Events
 ) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
         report_file = Path(tmp) / "report.json"
@@ -301,7 +360,7 @@ def hardware(env: Mapping[str, str] | None = None) -> Hardware:
     }
 
 
-def command_line(names: Sequence[str], options: Mapping[str, object]) -> str:
+def command_line(names: Sequence[str], options: BenchOptions) -> str:
     """The `provision bench` command that runs these options (those not at their defaults)."""
     words = ["provision", "bench", *names]
     for key, value in options.items():

@@ -20,6 +20,8 @@ from pathlib import Path
 from provision import environment, fileio, registry, tools
 from provision.errors import InstallError, ProvisionError, UsageError
 from provision.install import build, place
+from provision.matrix import Matrix
+from provision.matrix.spec import EnvRequest, EnvSpec, check_pre
 from provision.progress import Event, Report, nothing
 from provision.steps import StepName, StepOutcome, StepResult
 
@@ -109,36 +111,30 @@ def default_python(tf: str, path: str) -> str | None:
 
 
 def create(
+    request: EnvRequest,
+    options: build.BuildOptions,
     *,
-    tf: str,
-    path: str,
-    python: str | None,
-    name: str | None,
     out: Path,
-    gpu_memory: str | None,
-    gpus: str | None,
-    prefix: Path | None,
-    force: bool,
-    solver: str,
     channels: Sequence[str] = (),
-    progress: StepProgress | None = None,
-    jupyter: bool = False,
-    report: Report = nothing,
-    pre: bool = False,
     packages: Sequence[str] = (),
+    progress: StepProgress | None = None,
+    report: Report = nothing,
 ) -> CreateResult:
-    """progress: each step as it starts and ends; report: what goes on inside the steps (the
+    """Render, lock, install and verify `request` into out/NAME and options.prefix.
+    progress: each step as it starts and ends; report: what goes on inside the steps (the
     installers' downloads, install.sh's steps, the smoke test)."""
     from provision import matrix
-    from provision.matrix import kinds, spec
+    from provision.matrix import kinds
 
-    kind = kinds.of(path)
-    if python and not kind.conda_env:
-        tools.find_python(python)  # create builds here: say so before rendering anything
-    spec.check_pre(matrix.load().release(tf), pre)
-    python = python or default_python(tf, path)
-    gpu = spec.GpuPolicy(gpu_memory, gpus)
-    env_spec = spec.resolve(matrix.load(), tf, path, python, name, gpu, jupyter=jupyter)
+    kind = kinds.of(request.path)
+    if request.python and not kind.conda_env:
+        tools.find_python(request.python)  # create builds here: say so before rendering anything
+    m = matrix.load()
+    check_pre(m.release(request.tf), request.pre)
+    if not request.python:
+        request = replace(request, python=default_python(request.tf, request.path))
+    env_spec = request.resolve(m)
+    prefix, force, solver = options.prefix, options.force, options.solver
     result = CreateResult(name=env_spec.name, path=env_spec.path, env_dir=Path(out) / env_spec.name)
     if channels and not kind.conda_env:
         raise UsageError("--channel applies to the conda path only")
@@ -156,8 +152,7 @@ def create(
     made = [d for d in (Path(out), Path(out) / env_spec.name) if not d.exists()]
     try:
         _steps(result, _named(env_spec.name, out), [
-            lambda: _render(out, tf, env_spec.path, python, name, gpu_memory, gpus, jupyter, force,
-                            packages),
+            lambda: _render(out, env_spec, m, force, packages),
             lambda: _lock(out, env_spec.name, solver, channels, force),
             lambda: _install(out, env_spec.name, prefix, force, solver, result, report),
             lambda: _verify(out, env_spec.name, result, force, report),
@@ -222,24 +217,11 @@ def _named(name: str, out: Path) -> str:
 
 
 def _render(
-    out: Path,
-    tf: str,
-    path: str,
-    python: str | None,
-    name: str | None,
-    gpu_memory: str | None,
-    gpus: str | None,
-    jupyter: bool,
-    force: bool,
-    packages: Sequence[str] = (),
+    out: Path, env_spec: EnvSpec, m: Matrix, force: bool, packages: Sequence[str] = ()
 ) -> StepResult:
     from provision import render
 
-    return render.run(
-        out=out, tf=tf, path=path, python=python, name=name, all_=False, check=False,
-        force=force, gpu_memory=gpu_memory, gpus=gpus, jupyter=jupyter, pre=True,
-        packages=packages,
-    )  # fmt: skip
+    return render.write(out, [env_spec], m, StepResult("render"), force=force, packages=packages)
 
 
 def _lock(out: Path, name: str, solver: str, channels: Sequence[str], force: bool) -> StepResult:

@@ -24,15 +24,7 @@ from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
 from provision.fileio import dump_yaml_for_people, sha256_bytes, sha256_text
 from provision.matrix import Matrix, kinds
-from provision.matrix.spec import (
-    EnvSpec,
-    GpuPolicy,
-    all_specs,
-    check_pre,
-    default_name,
-    expected,
-    resolve,
-)
+from provision.matrix.spec import EnvRequest, EnvSpec, all_specs, default_name, expected
 from provision.steps import StepResult
 
 if TYPE_CHECKING:
@@ -255,26 +247,19 @@ def _display(out: Path, *parts: str) -> str:
 def run(
     *,
     out: Path,
-    tf: str | None,
-    path: str,
-    python: str | None,
-    name: str | None,
-    all_: bool,
-    check: bool,
-    force: bool,
-    gpu_memory: str | None,
-    gpus: str | None,
-    jupyter: bool = False,
-    pre: bool = False,
+    request: EnvRequest | None,
+    check: bool = False,
+    force: bool = False,
     packages: Sequence[str] = (),
 ) -> StepResult:
-    """`provision render`: resolve the request, render everything in memory, then check or write.
-    Done when a file was written, skipped when every file was already as rendered, stale when
-    --check finds one that is not. packages: the user's (`--with`, `-r`), added to packages.in."""
+    """`provision render`: resolve the request (None: every release on every path that can serve
+    it, at its defaults), render everything in memory, then check or write. Done when a file was
+    written, skipped when every file was already as rendered, stale when --check finds one that is
+    not. packages: the user's (`--with`, `-r`), added to packages.in."""
     m = matrix_module.load()
     result = StepResult("render")
-    if all_:
-        if tf or python or name or gpu_memory or gpus or jupyter or packages:
+    if request is None:
+        if packages:
             raise UsageError(
                 "--all renders every release at its defaults; drop --tf/--python/"
                 "--name/--gpu-memory/--gpus/--jupyter/--with, or render one release with --tf"
@@ -286,11 +271,26 @@ def run(
                 if why:
                     result.lines.append(f"skipped {default_name(rel, kind.name)}: {why}")
     else:
-        if not tf:
-            raise UsageError("give either --tf X.Y or --all")
-        gpu = GpuPolicy(gpu_memory, gpus)
-        check_pre(m.release(tf), pre)
-        specs = [resolve(m, tf, path, python, name, gpu, jupyter=jupyter)]
+        specs = [request.resolve(m)]
+    return write(
+        out, specs, m, result, all_=request is None, check=check, force=force, packages=packages
+    )
+
+
+def write(
+    out: Path,
+    specs: Sequence[EnvSpec],
+    m: Matrix,
+    result: StepResult,
+    *,
+    all_: bool = False,
+    check: bool = False,
+    force: bool = False,
+    packages: Sequence[str] = (),
+) -> StepResult:
+    """Render resolved specs: every file in memory first, then compare (check) or write them;
+    `result` gets a line per file; all_: they are the whole matrix (`render --all`). `create`
+    calls this with the spec it has resolved."""
     rendered = {s.name: render(s, m) for s in specs}
     _check_out_dir(out, writing=not check)
     if check:

@@ -16,8 +16,8 @@ from pathlib import Path
 import clitools
 import pytest
 
-from provision.rollout import bundle_fetch, bundle_self
-from provision.rollout.bundle import host_glibc
+from provision.bundle import bundle_fetch, bundle_self
+from provision.bundle.make import host_glibc
 
 PYTHON = "{}.{}".format(*sys.version_info[:2])
 

@@ -378,7 +378,7 @@ BUNDLES: dict[int, tuple[str, object]] = {}
 
 def valid_manifest() -> dict[str, object]:
     """A manifest as `provision bundle` writes one (without its digest)."""
-    from provision.rollout import bundle_format as bf
+    from provision.bundlefile import bundle_format as bf
 
     sha = "0" * 64
     return {
@@ -394,7 +394,7 @@ def valid_manifest() -> dict[str, object]:
 
 def write_bundle(path: Path, field: str, value: object) -> None:
     """A bundle (a tar whose first member is manifest.json) resealed after setting `field`."""
-    from provision.rollout import bundle_format as bf
+    from provision.bundlefile import bundle_format as bf
 
     data = valid_manifest()
     where: object = data

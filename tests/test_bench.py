@@ -9,6 +9,7 @@ still load, compare and plot.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import struct
@@ -18,6 +19,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import tfvenv
 from click.testing import CliRunner
@@ -261,11 +263,29 @@ def test_no_name_and_no_python_is_a_usage_error() -> None:
 
 
 def test_the_recorded_command_names_what_differs_from_the_defaults() -> None:
-    options = dict(bench_schema.DEFAULTS, jit="on", steps=20, loop="custom", cpu_devices=0)
+    options = bench.BenchOptions(jit="on", steps=20, loop="custom")
     assert bench.command_line(["tf2.21-pip", "tf2.13-pip"], options) == (
         "provision bench tf2.21-pip tf2.13-pip --steps 20 --jit --loop custom"
     )
-    assert bench.command_line(["x"], dict(options, jit="off")).count("--no-jit") == 1
+    off = dataclasses.replace(options, jit="off")
+    assert bench.command_line(["x"], off).count("--no-jit") == 1
+
+
+def test_the_options_default_to_the_payloads_defaults_and_to_the_clis() -> None:
+    """One set of defaults: the typed options, the payload's schema and the command's flags."""
+    from provision.cli.use import bench_cmd
+
+    made = dict(bench.BenchOptions().items())
+    assert made == {k: v for k, v in bench_schema.DEFAULTS.items() if k in made}
+    ctx = click.Context(bench_cmd)
+    for param in bench_cmd.params:
+        if param.name in made and param.name not in ("jit", "optimizer_jit"):
+            given = param.get_default(ctx)
+            unset = given is None or type(given).__name__ == "Sentinel"  # click 8.2: UNSET
+            assert (None if unset else given) == made[param.name], param.name
+    # the order of the options is the command's: flags and recorded command lines follow it
+    order = [p.name for p in bench_cmd.params if p.name in made]
+    assert order == list(made)
 
 
 def test_progress_events_of_a_comparison_name_the_environment() -> None:

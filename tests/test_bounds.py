@@ -153,7 +153,7 @@ def test_bench_report_of_dev_zero_is_one_line() -> None:
 
 
 def _bundle_with_manifest(path: Path, data: bytes) -> None:
-    from provision.rollout.bundle_format import MANIFEST, ROOT
+    from provision.bundlefile.bundle_format import MANIFEST, ROOT
 
     with tarfile.open(path, "w") as tar:
         info = tarfile.TarInfo(f"{ROOT}/{MANIFEST}")

@@ -23,9 +23,9 @@ from bundletools import leftovers, needs_unshare, provision_offline
 from clitools import run_cli
 from tinyindex import Env, Index
 
+from provision.bundlefile import bundle_format
+from provision.bundlefile.bundle_format import MTIME, ROOT, BundleManifest
 from provision.install.place import state_of
-from provision.rollout import bundle_format
-from provision.rollout.bundle_format import MTIME, ROOT, BundleManifest
 
 
 def make_bundle(env: Env, dest: Path, *extra: str, wheels: Path | None = None) -> Path:

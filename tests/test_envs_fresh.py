@@ -37,7 +37,7 @@ def test_envs_commits_inputs_hooks_manifest_and_locks_only() -> None:
     """What runs inside environments ships once, from the package: no generated copies in envs/,
     and the generated lines committed outside locks stay within 10 % of the product's own."""
     from provision import environment
-    from provision.rollout import fleet
+    from provision.fleet import playbook as fleet
 
     allowed = {environment.MANIFEST, environment.RUNTIME}
     allowed.update(fleet.GENERATED)  # provision fleet's vars and playbook (test_fleet_role.py)

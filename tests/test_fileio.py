@@ -21,15 +21,15 @@ WALLS = ("payload", "scripts", "hooks", "ansible")
 
 # (file relative to provision/, enclosing function) -> why it computes sha256 itself.
 ALLOWED_SHA256: dict[tuple[str, str], str] = {
-    ("rollout/bundle.py", "_Checked.__init__"): (
+    ("bundle/make.py", "_Checked.__init__"): (
         "a member's digest computed while its bytes stream into the tar"
     ),
-    ("rollout/bundle_io.py", "Sink.__init__"): "the tar's and each part's digest, while written",
-    ("rollout/bundle_io.py", "Sink._open_next"): "the next part's digest, while written",
-    ("rollout/bundle_io.py", "Reader.__init__"): "each part's digest, checked while read",
-    ("rollout/bundle_io.py", "Reader._next"): "the next part's digest, checked while read",
-    ("rollout/unbundle.py", "_extract"): "a member's digest while it is unpacked to disk",
-    ("rollout/bundle_fetch.py", "digests"): (
+    ("bundlefile/bundle_io.py", "Sink.__init__"): "the tar's and each part's digest, while written",
+    ("bundlefile/bundle_io.py", "Sink._open_next"): "the next part's digest, while written",
+    ("bundlefile/bundle_io.py", "Reader.__init__"): "each part's digest, checked while read",
+    ("bundlefile/bundle_io.py", "Reader._next"): "the next part's digest, checked while read",
+    ("bundle/unbundle.py", "_extract"): "a member's digest while it is unpacked to disk",
+    ("bundle/bundle_fetch.py", "digests"): (
         "sha256 and md5 in one pass over a download (CUDA runfiles are gigabytes)"
     ),
     ("solver/install.py", "_digests"): "sha256 and md5 of a package in one pass over its bytes",

@@ -32,7 +32,7 @@ from bundletools import provision_wheelhouse
 from clitools import run_cli
 from tinyindex import TINY, Env, build_wheel, pip_release
 
-from provision.rollout import bundle_fetch
+from provision.bundle import bundle_fetch
 
 ROOT = Path(__file__).resolve().parent.parent
 REASON = fleethosts.unavailable()

@@ -16,9 +16,11 @@ import clitools
 import pytest
 
 from provision import environment
+from provision.bundlefile import selfwheel
 from provision.cli import present
-from provision.rollout import fleet, fleet_report, selfwheel
-from provision.rollout.fleet_report import FleetResult, HostResult, Status
+from provision.fleet import fleet_report
+from provision.fleet import playbook as fleet
+from provision.fleet.fleet_report import FleetResult, HostResult, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -63,7 +65,7 @@ def test_the_hosts_wheel_is_reproducible_and_complete(tmp_path: Path) -> None:
     assert "provision/cli/commands.py" in names
     assert "provision/ansible/roles/provision_env/tasks/main.yml" in names
     assert any(n.startswith("provision/templates/") for n in names)
-    assert f"provision/rollout/{fleet_report.TEMPLATE}" in names  # the page's template
+    assert f"provision/fleet/{fleet_report.TEMPLATE}" in names  # the page's template
     meta = zipfile.ZipFile(one).read("provision-0.1.0.dist-info/METADATA").decode()
     assert "Requires-Dist: click" in meta and "\n\n" not in meta.strip()
     # It installs and runs where only Python is: a venv of its own, no provision around it.
@@ -150,7 +152,7 @@ def test_the_page_escapes_every_value(tmp_path: Path) -> None:
     with markup, quotes and ampersands reaches the page as text, never as markup."""
     from importlib import resources
 
-    assert (resources.files("provision") / "rollout" / fleet_report.TEMPLATE).is_file()
+    assert (resources.files("provision") / "fleet" / fleet_report.TEMPLATE).is_file()
     bad = 'at setup: <script>alert(1)</script> "quotes" & ampersands'
     hosts = (HostResult("gpu-<i>", Status.FAILED, bad, "GPU & co", "1", 1.0, 0, (),
                         ("breaks: <img src=x onerror=alert(2)> & 'more'",)),)  # fmt: skip
@@ -199,7 +201,7 @@ def test_fleet_is_lazy_for_help() -> None:
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     assert "fleet" in done.stdout
-    assert "ansible" not in done.stderr and "provision.rollout.fleet" not in done.stderr
+    assert "ansible" not in done.stderr and "provision.fleet" not in done.stderr
 
 
 def test_a_drift_report_reads_as_a_table_json_and_a_page(tmp_path: Path) -> None:

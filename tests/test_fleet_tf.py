@@ -25,8 +25,8 @@ import pytest
 from bundletools import cache_root
 
 from provision import environment, tools
-from provision.rollout import bundle_fetch
-from provision.rollout.bundle import host_glibc
+from provision.bundle import bundle_fetch
+from provision.bundle.make import host_glibc
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "tf2.13-pip"

@@ -21,12 +21,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "provision"
 FLOORS: list[list[str]] = [
     ["__main__"],
     ["cli"],
-    ["create", "rollout", "built", "change"],
+    ["create", "bundle", "fleet", "built", "change"],
     ["drift", "install"],
     ["verify", "lock", "releases"],
     ["doctor", "bench", "render", "facts", "tools"],
     ["host", "environment", "caches"],
-    ["matrix", "registry", "payload_app"],
+    ["matrix", "registry", "payload_app", "bundlefile"],
     ["records", "_proc", "paths", "toolout", "userpackages", "fileio"],
     [
         "payload",

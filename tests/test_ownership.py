@@ -192,7 +192,7 @@ def test_export_destination_is_never_what_provision_did_not_make(
 
 
 def test_fleet_wheel_is_never_written_over_a_fifo(tmp_path: Path) -> None:
-    from provision.rollout import selfwheel
+    from provision.bundlefile import selfwheel
 
     os.mkfifo(tmp_path / selfwheel.wheel_name())
     before = snapshot(tmp_path)
@@ -204,7 +204,7 @@ def test_fleet_wheel_is_never_written_over_a_fifo(tmp_path: Path) -> None:
 def test_provision_s_own_wheel_is_replaced_by_the_next_build(tmp_path: Path) -> None:
     """A second `fleet --wheel DIR` (and every second `bundle`, which builds the same wheel into
     its cache) replaces provision's own wheel: that file is provision's, with --force implied."""
-    from provision.rollout import selfwheel
+    from provision.bundlefile import selfwheel
 
     for _ in range(2):
         code, out = run_cli("fleet", "--wheel", str(tmp_path))

@@ -103,10 +103,11 @@ def test_rich_presenter_on_a_terminal_shows_the_step_and_its_lines() -> None:
 
 
 def test_bench_warns_before_mixed_precision_on_cpu_devices() -> None:
-    slow = bench.slow_warnings({"cpu_devices": 2, "precision": "float32,mixed_float16"})
+    opts = bench.BenchOptions
+    slow = bench.slow_warnings(opts(cpu_devices=2, precision="float32,mixed_float16"))
     assert len(slow) == 1 and "mixed_float16 on CPU devices" in slow[0]
-    assert bench.slow_warnings({"cpu_devices": 2, "precision": "float32"}) == []
-    assert bench.slow_warnings({"cpu_devices": 0, "precision": "mixed_float16"}) == []
+    assert bench.slow_warnings(opts(cpu_devices=2, precision="float32")) == []
+    assert bench.slow_warnings(opts(cpu_devices=0, precision="mixed_float16")) == []
 
 
 def test_bench_events_announce_each_configuration_and_warn_on_a_long_one() -> None:

@@ -68,8 +68,8 @@ def size(ctx: click.Context, param: click.Parameter, value: str | None) -> str |
     """A size such as 4G or 650M (bundle --split), checked now rather than after downloading."""
     if value is None:
         return None
+    from provision.bundlefile import bundle_format
     from provision.errors import ProvisionError
-    from provision.rollout import bundle_format
 
     if not value.isascii():
         raise click.BadParameter(f"takes a size such as 4G, 650M or 63000000, not {value[:40]!r}")

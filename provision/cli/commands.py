@@ -150,12 +150,21 @@ def render_cmd(
 
     --with and -r add your packages to envs/<name>/packages.in, the file that is yours."""
     from provision import render
+    from provision.errors import UsageError
+    from provision.matrix.spec import EnvRequest, GpuPolicy
 
     if all_ == bool(tf):
         raise click.UsageError("give either --tf X.Y or --all")
+    if all_ and (python or name or gpu_memory or gpus or jupyter):
+        raise UsageError(
+            "--all renders every release at its defaults; drop --tf/--python/"
+            "--name/--gpu-memory/--gpus/--jupyter/--with, or render one release with --tf"
+        )
+    request = None if all_ else EnvRequest(
+        str(tf), path, python, name, GpuPolicy(gpu_memory, gpus), jupyter, pre
+    )  # fmt: skip
     result = render.run(
-        out=out, tf=tf, path=path, python=python, name=name, all_=all_, check=check, force=force,
-        gpu_memory=gpu_memory, gpus=gpus, pre=pre, jupyter=jupyter,
+        out=out, request=request, check=check, force=force,
         packages=packages_given(with_, requirement_files),
     )  # fmt: skip
     for line in result.lines:
@@ -283,15 +292,17 @@ def create_cmd(
     --with and -r add your packages (envs/<name>/packages.in), locked with TensorFlow."""
     from provision import create
     from provision.cli.auto import pick
+    from provision.install.build import BuildOptions
+    from provision.matrix.spec import EnvRequest, GpuPolicy
 
     tf, path = pick(tf, path, pre)
     refuse_other_paths(ctx, path)
+    request = EnvRequest(tf, path, python, name, GpuPolicy(gpu_memory, gpus), jupyter, pre)
     shown = presenter()
     result = create.create(
-        tf=tf, path=path, python=python, name=name, out=out, gpu_memory=gpu_memory, gpus=gpus,
-        prefix=prefix, force=force, solver=solver, channels=channels,
-        progress=lambda step: _show_step(shown, step), jupyter=jupyter, report=shown, pre=pre,
-        packages=packages_given(with_, requirement_files),
+        request, BuildOptions(prefix=prefix, force=force, solver=solver), out=out,
+        channels=channels, packages=packages_given(with_, requirement_files),
+        progress=lambda step: _show_step(shown, step), report=shown,
     )  # fmt: skip
     shown.close()
     if as_json:
@@ -407,8 +418,8 @@ def _install_from_bundle(
     as_json: bool, script_args: tuple[str, ...], *, bundle: Path, require_gpu: bool,
     no_verify: bool, quiet: bool, force: bool,
 ) -> None:  # fmt: skip
+    from provision.bundle import unbundle
     from provision.cli import present
-    from provision.rollout import unbundle
 
     if name is not None and name.startswith("-"):  # `install --from-bundle B -- --opt`: no NAME
         script_args = (name, *script_args)

@@ -10,9 +10,9 @@ from provision.built import Listed
 from provision.caches import Cache, human
 from provision.cli.columns import columns
 from provision.errors import ProvisionError
+from provision.fleet.fleet_report import COLUMNS, FleetResult, row
 from provision.payload import report as smoke_report
 from provision.registry import Record
-from provision.rollout.fleet_report import COLUMNS, FleetResult, row
 from provision.verify import VerifyResult
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,6 +17,9 @@ from provision.cli.common import (
     find_option,
     presenter,
 )
+
+if TYPE_CHECKING:
+    from provision.bench import BenchOptions
 
 
 @click.command("bench")
@@ -154,12 +158,12 @@ def bench_cmd(
         targets += [bench.BenchTarget(Path(p).absolute().parent.parent.name, p) for p in pythons]
         if not targets:
             raise click.UsageError("give environment NAMEs, --python EXE or --report FILE")
-        _bench_checks(options)
+        chosen = _bench_options(options)
         called = [*names, *(w for p in pythons for w in ("--python", str(p)))]
         shown = presenter()
         result = bench.run(
-            targets, options=options, plot=plot, report=shown, timeout=timeout,
-            command=bench.command_line(called, options),
+            targets, options=chosen, plot=plot, report=shown, timeout=timeout,
+            command=bench.command_line(called, chosen),
         )  # fmt: skip
         shown.close()
     from provision.cli import bench_report
@@ -338,8 +342,9 @@ def fleet_cmd(
 ) -> None:
     """Roll NAME out to the inventory's hosts with Ansible: doctor, install from the committed
     lock, GPU policy, verify, on each host; a summary, fleet.json and fleet.html at the end."""
+    from provision.bundlefile import selfwheel
     from provision.cli import present
-    from provision.rollout import fleet, selfwheel
+    from provision.fleet import playbook as fleet
 
     if roles_path or wheel_dir:
         click.echo(fleet.ROLES if roles_path else selfwheel.build(wheel_dir or Path(".")))
@@ -393,7 +398,8 @@ def bundle_cmd(
     force: bool,
 ) -> None:  # fmt: skip
     """One archive holding everything needed to build NAME on a machine with no network."""
-    from provision.rollout import bundle, bundle_format
+    from provision.bundle import make as bundle
+    from provision.bundlefile import bundle_format
 
     dest = output or Path(f"{name}.bundle.tar")
     bundle.check_output(dest, split is not None, force)  # before any download
@@ -421,9 +427,6 @@ def bundle_cmd(
     click.echo(f"on the target: provision install --from-bundle {result.files[0]}")
 
 
-BENCH_PRECISIONS = ("float32", "mixed_float16", "mixed_bfloat16")
-
-
 def _counts(value: str, flag: str) -> str:
     parts = value.split(",")
     if not all(p.isascii() and p.isdigit() and 0 < int(p) <= 1024 for p in parts):
@@ -433,27 +436,21 @@ def _counts(value: str, flag: str) -> str:
     return value
 
 
-def _bench_checks(options: dict[str, object]) -> None:
-    """What the payload would refuse after TensorFlow has loaded, refused first (exit 2).
-    The options are Click's: integers from IntRange, --jit/--no-jit True, False or None."""
-    per = options["steps_per_execution"]
-    for flag in ("steps", "warmup"):
-        count = options[flag]
-        if isinstance(count, int) and isinstance(per, int) and count % per:
-            raise click.BadParameter(
-                f"{count} is not a multiple of --steps-per-execution {per}",
-                param_hint=f"--{flag}",
-            )
-    if options["strategy"] == "default" and options["gpus"] != "1":
-        raise click.BadParameter(
-            "--strategy default runs on one device: give --gpus 1", param_hint="--gpus"
-        )
+def _bench_options(given: dict[str, object]) -> BenchOptions:
+    """Click's values as the typed options, made once; a refusal names its flag (exit 2).
+    --jit/--no-jit come as True, False or None; folders are made absolute."""
+    from provision import bench
+
+    values = dict(given)
     for key in ("jit", "optimizer_jit"):
-        value = options[key]
-        options[key] = "on" if value is True else "off" if value is False else "auto"
+        values[key] = bench.BenchOptions.switch(values[key])  # type: ignore[arg-type]
     for key in ("xla_cache", "profile"):
-        if options[key] is not None:
-            options[key] = str(Path(str(options[key])).absolute())
+        if values[key] is not None:
+            values[key] = str(Path(str(values[key])).absolute())
+    try:
+        return bench.BenchOptions(**values)  # type: ignore[arg-type]
+    except bench.BenchOptionError as exc:
+        raise click.BadParameter(exc.message, param_hint=exc.flag) from exc
 
 
 def _gpu_memory(value: str) -> str:
@@ -472,10 +469,12 @@ def _gpu_memory(value: str) -> str:
 
 
 def _precisions(value: str) -> str:
-    bad = [p for p in value.split(",") if p not in BENCH_PRECISIONS]
+    from provision.payload.bench_schema import PRECISIONS
+
+    bad = [p for p in value.split(",") if p not in PRECISIONS]
     if bad:
         raise click.BadParameter(
-            f"{', '.join(map(repr, bad))}: choose from {', '.join(BENCH_PRECISIONS)}",
+            f"{', '.join(map(repr, bad))}: choose from {', '.join(PRECISIONS)}",
             param_hint="--precision",
         )
     return value

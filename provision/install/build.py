@@ -85,6 +85,17 @@ def inputs_digest(env: EnvDir) -> str:
     return fileio.sha256_bytes(b"".join(parts))
 
 
+@dataclass(frozen=True)
+class BuildOptions:
+    """How a prefix is built, as `install` and `create` take it from the command line."""
+
+    prefix: Path | None = None  # None: where it was built before, else the kind's default
+    force: bool = False  # rebuild a complete prefix; accept rendered files edited by hand
+    installer: Installer = "auto"
+    solver: str = "auto"
+    script_args: tuple[str, ...] = ()  # install-system.sh's own options (system path)
+
+
 def install(
     env: EnvDir,
     prefix: Path | None = None,

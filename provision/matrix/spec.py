@@ -73,6 +73,27 @@ class EnvSpec:
         return self.kind.ptxas_fallback()
 
 
+@dataclass(frozen=True)
+class EnvRequest:
+    """What a user asks for (--tf, --path, --python, --name, --gpu-memory, --gpus, --jupyter,
+    --pre), made once by the CLI; `resolve` turns it into the one EnvSpec every step uses.
+    (environment.Request is what a rendered directory records of it.)"""
+
+    tf: str
+    path: str = kinds.DEFAULT
+    python: str | None = None
+    name: str | None = None
+    gpu: GpuPolicy = field(default_factory=GpuPolicy)
+    jupyter: bool = False
+    pre: bool = False
+
+    def resolve(self, matrix: Matrix) -> EnvSpec:
+        check_pre(matrix.release(self.tf), self.pre)
+        return resolve(
+            matrix, self.tf, self.path, self.python, self.name, self.gpu, jupyter=self.jupyter
+        )
+
+
 def check_pre(release: Release, pre: bool) -> None:
     """A pre-release row is used only when asked for with --pre; never by default."""
     if release.prerelease and not pre:

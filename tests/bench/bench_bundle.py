@@ -54,8 +54,8 @@ def main() -> int:
     args = parser.parse_args()
 
     from provision import environment
-    from provision.rollout import bundle_fetch
-    from provision.rollout.bundle import host_glibc
+    from provision.bundle import bundle_fetch
+    from provision.bundle.make import host_glibc
 
     env = environment.load(ROOT / "envs" / args.env)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-bundle-"))

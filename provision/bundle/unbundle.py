@@ -32,13 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provision import environment, install, registry
-from provision.environment import EnvDir
-from provision.errors import InstallError, UsageError
-from provision.fileio import sha256_bytes
-from provision.install import installers
-from provision.matrix import kinds
-from provision.progress import Event, Report, human_size, nothing
-from provision.rollout.bundle_format import (
+from provision.bundlefile.bundle_format import (
     CHUNK,
     MANIFEST,
     BundleError,
@@ -46,7 +40,13 @@ from provision.rollout.bundle_format import (
     Member,
     member_name,
 )
-from provision.rollout.bundle_io import BundleSource, Reader, open_source
+from provision.bundlefile.bundle_io import BundleSource, Reader, open_source
+from provision.environment import EnvDir
+from provision.errors import InstallError, UsageError
+from provision.fileio import sha256_bytes
+from provision.install import installers
+from provision.matrix import kinds
+from provision.progress import Event, Report, human_size, nothing
 from provision.verify import VerifyResult
 
 MACHINES = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
@@ -213,7 +213,7 @@ def preflight(manifest: BundleManifest, require_gpu: bool) -> list[str]:
     from packaging.version import InvalidVersion, Version
 
     from provision import tools
-    from provision.rollout.bundle import host_glibc
+    from provision.bundle.make import host_glibc
 
     req = manifest.requires
     problems = []
@@ -415,7 +415,7 @@ def _toolkit_args(
     """system path: the staged runfile and cuDNN archive, for install-system.sh."""
     if not kinds.of(manifest.path).host_toolkit:
         return args
-    from provision.rollout.bundle_fetch import system_values
+    from provision.bundle.bundle_fetch import system_values
 
     values = system_values(staging / "env" / manifest.name / "system.env")
     extra: list[str] = []

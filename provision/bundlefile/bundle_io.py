@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from provision.rollout.bundle_format import (
+from provision.bundlefile.bundle_format import (
     CHUNK,
     PART_HEADER,
     BundleError,

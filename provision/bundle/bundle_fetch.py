@@ -5,7 +5,7 @@ runfile and cuDNN archive (from system.env's URLs); provision's own wheels are b
 The cache (`--cache-dir`, default the user's cache folder) keeps every file by name with a sidecar
 `NAME.sha256` holding its sha256 and md5. A file whose sidecar matches the lock's hash is taken
 without asking anything: building from a warm cache needs no network. Every file is checked again,
-against the manifest and so against the lock, as it goes into the tar (bundle.py).
+against the manifest and so against the lock, as it goes into the tar (make.py).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision import _proc
+from provision.bundlefile.bundle_format import CHUNK, BundleError, manylinux_platforms
 from provision.fileio import write_atomic
 from provision.progress import Event, Report
-from provision.rollout.bundle_format import CHUNK, BundleError, manylinux_platforms
 
 PIP_TIMEOUT = 3600.0
 URL_TIMEOUT = 60.0

@@ -20,13 +20,9 @@ from importlib import resources
 from pathlib import Path
 from typing import BinaryIO
 
-from provision.environment import EnvDir
-from provision.errors import StaleError, UsageError
-from provision.fileio import sha256_file
-from provision.progress import Event, Report, nothing
-from provision.rollout import bundle_fetch as fetch
-from provision.rollout import bundle_self
-from provision.rollout.bundle_format import (
+from provision.bundle import bundle_fetch as fetch
+from provision.bundle import bundle_self
+from provision.bundlefile.bundle_format import (
     BOOTSTRAP,
     CHUNK,
     GROUPS,
@@ -40,7 +36,11 @@ from provision.rollout.bundle_format import (
     tar_info,
     wheel_glibc,
 )
-from provision.rollout.bundle_io import Sink
+from provision.bundlefile.bundle_io import Sink
+from provision.environment import EnvDir
+from provision.errors import StaleError, UsageError
+from provision.fileio import sha256_file
+from provision.progress import Event, Report, nothing
 
 
 @dataclass(frozen=True)

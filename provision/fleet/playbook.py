@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision import _proc
+from provision.bundlefile import selfwheel
 from provision.environment import EnvDir
 from provision.errors import ProvisionError, ToolMissing, UsageError
 from provision.fileio import dump_yaml_for_people, sha256_file, write_atomic
-from provision.rollout import fleet_report, selfwheel
+from provision.fleet import fleet_report
 
 ANSIBLE_DIR = Path(__file__).parent.parent / "ansible"
 ROLES = ANSIBLE_DIR / "roles"
@@ -190,14 +191,14 @@ def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
     once every part is there and its manifest says it holds this environment's committed lock."""
     import tarfile
 
-    from provision.rollout.bundle_format import (
+    from provision.bundlefile.bundle_format import (
         CHUNK,
         MANIFEST,
         BundleError,
         BundleManifest,
         member_name,
     )
-    from provision.rollout.bundle_io import Reader, open_source
+    from provision.bundlefile.bundle_io import Reader, open_source
 
     source = open_source(path)  # every part present, of one bundle, of its size
     reader = Reader(source)

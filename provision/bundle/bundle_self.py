@@ -9,8 +9,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from provision.progress import Event, Report
-from provision.rollout.bundle_fetch import (
+from provision.bundle.bundle_fetch import (
     BundleCache,
     BundleMachine,
     Item,
@@ -21,7 +20,8 @@ from provision.rollout.bundle_fetch import (
     run_pip,
     store,
 )
-from provision.rollout.bundle_format import BundleError
+from provision.bundlefile.bundle_format import BundleError
+from provision.progress import Event, Report
 
 
 def provision_wheels(
@@ -31,7 +31,7 @@ def provision_wheels(
     `wheelhouse` as they are, else resolved by pip (at this host's versions where it can), from
     the cache alone first and from the index only for what the cache lacks. provision's own
     wheel is selfwheel's: the running package's files, no build backend, no network."""
-    from provision.rollout import selfwheel
+    from provision.bundlefile import selfwheel
 
     if wheelhouse is not None:
         files = check_wheelhouse(wheelhouse)
@@ -74,7 +74,7 @@ def provision_wheels(
 def check_wheelhouse(wheelhouse: Path) -> list[Path]:
     """The wheels of --provision-wheels DIR, each a wheel pip can install, provision's among them;
     BundleError otherwise (checked before anything is downloaded)."""
-    from provision.rollout import selfwheel
+    from provision.bundlefile import selfwheel
 
     files = sorted(wheelhouse.glob("*.whl"))
     if not any(f.name.startswith("provision-") for f in files):
