@@ -154,7 +154,7 @@ def create(
         _steps(result, _named(env_spec.name, out), [
             lambda: _render(out, env_spec, m, force, packages),
             lambda: _lock(out, env_spec.name, solver, channels, force),
-            lambda: _install(out, env_spec.name, prefix, force, solver, result, report),
+            lambda: _install(out, env_spec.name, options, result, report),
             lambda: _verify(out, env_spec.name, result, force, report),
         ], progress)  # fmt: skip
     except BaseException:
@@ -235,11 +235,11 @@ def _lock(out: Path, name: str, solver: str, channels: Sequence[str], force: boo
 
 
 def _install(
-    out: Path, name: str, prefix: Path | None, force: bool, solver: str, result: CreateResult,
+    out: Path, name: str, options: build.BuildOptions, result: CreateResult,
     report: Report = nothing,
 ) -> StepResult:  # fmt: skip
     env = environment.load(Path(out) / name)
-    res = build.install(env, prefix, force=force, solver=solver, report=report)
+    res = build.install(env, options, report=report)
     result.prefix, result.python = res.prefix, res.python
     return res.as_step()
 

@@ -28,7 +28,7 @@ import signal
 import tarfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from provision import environment, install, registry
@@ -45,6 +45,7 @@ from provision.environment import EnvDir
 from provision.errors import InstallError, UsageError
 from provision.fileio import sha256_bytes
 from provision.install import installers
+from provision.install.build import BuildOptions
 from provision.matrix import kinds
 from provision.progress import Event, Report, human_size, nothing
 from provision.verify import VerifyResult
@@ -89,19 +90,19 @@ def _fault(point: str) -> None:
 
 def install_from_bundle(
     path: Path,
+    options: BuildOptions,
     *,
     name: str | None = None,
     out: Path | None = None,
-    prefix: Path | None = None,
-    installer: installers.Installer = "auto",
-    solver: str = "auto",
     require_gpu: bool = False,
     verify: bool = True,
     timeout: float = 180.0,
-    script_args: tuple[str, ...] = (),
     report: Report = nothing,
-    force: bool = False,
 ) -> FromBundle:
+    """Build the bundle's environment with no network: options as for install, except that
+    options.force replaces a registered environment of the same name built from other inputs
+    (the build itself is never forced: a complete prefix of the same inputs is kept)."""
+    solver, force = options.solver, options.force
     seconds: dict[str, float] = {}
     started = time.monotonic()
     source = open_source(path)
@@ -133,11 +134,11 @@ def install_from_bundle(
                 offline = _offline(env, manifest, staging, solver)
                 report(Event("step", f"building {manifest.name} with no index and no channel"))
                 t0 = time.monotonic()
-                result = install.install(
-                    env, prefix, installer=installer, solver=solver,
-                    script_args=_toolkit_args(manifest, staging, script_args), offline=offline,
-                    report=report,
+                build = replace(
+                    options, force=False,
+                    script_args=_toolkit_args(manifest, staging, options.script_args),
                 )  # fmt: skip
+                result = install.install(env, build, offline=offline, report=report)
                 seconds["install"] = time.monotonic() - t0
     except (tarfile.TarError, EOFError) as exc:
         raise BundleError(

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -34,6 +35,9 @@ from provision.cli.common import (
 )
 from provision.cli.strict import refuse_given, refuse_other_paths, repeated_option
 from provision.errors import ProvisionError
+
+if TYPE_CHECKING:
+    from provision.install.build import BuildOptions
 
 
 class Group(click.Group):
@@ -212,11 +216,12 @@ def install_cmd(
     --force rebuilds a complete environment and accepts rendered files edited by hand.
     --from-bundle FILE builds, verifies and registers the bundle's environment with no network."""
     from provision import install
+    from provision.install.build import BuildOptions
 
+    options = BuildOptions(prefix, force, installer, solver, script_args)  # type: ignore[arg-type]
     if bundle is not None:
-        _install_from_bundle(name, out, prefix, installer, solver, as_json, script_args,
-                             bundle=bundle, require_gpu=require_gpu, no_verify=no_verify,
-                             quiet=quiet, force=force)  # fmt: skip
+        _install_from_bundle(name, out, options, as_json, bundle=bundle, require_gpu=require_gpu,
+                             no_verify=no_verify, quiet=quiet)  # fmt: skip
         return
     refuse_given(ctx, ["require_gpu"], "applies to --from-bundle only; after a build, check the "
                  "GPU with: provision verify NAME --require-gpu")  # fmt: skip
@@ -228,12 +233,9 @@ def install_cmd(
     refuse_other_paths(ctx, found.env.path)
     found.editable("provision install")
     if prefix is None and found.record is not None and found.record.owned:
-        prefix = Path(found.record.prefix)  # rebuild where it was built
+        options = replace(options, prefix=Path(found.record.prefix))  # rebuild where it was built
     shown = presenter()
-    result = install.install(
-        found.env, prefix, force=force, installer=installer,  # type: ignore[arg-type]
-        solver=solver, script_args=script_args, report=shown,
-    )  # fmt: skip
+    result = install.install(found.env, options, report=shown)
     shown.close()
     if as_json:
         emit_json(result.as_json())
@@ -414,21 +416,19 @@ def verify_cmd(
 
 
 def _install_from_bundle(
-    name: str | None, out: Path | None, prefix: Path | None, installer: str, solver: str,
-    as_json: bool, script_args: tuple[str, ...], *, bundle: Path, require_gpu: bool,
-    no_verify: bool, quiet: bool, force: bool,
+    name: str | None, out: Path | None, options: BuildOptions, as_json: bool, *, bundle: Path,
+    require_gpu: bool, no_verify: bool, quiet: bool,
 ) -> None:  # fmt: skip
     from provision.bundle import unbundle
     from provision.cli import present
 
     if name is not None and name.startswith("-"):  # `install --from-bundle B -- --opt`: no NAME
-        script_args = (name, *script_args)
+        options = replace(options, script_args=(name, *options.script_args))
         name = None
     shown = presenter(quiet)
     result = unbundle.install_from_bundle(
-        bundle, name=name, out=out, prefix=prefix, installer=installer,  # type: ignore[arg-type]
-        solver=solver, require_gpu=require_gpu, verify=not no_verify, script_args=script_args,
-        report=shown, force=force,
+        bundle, options, name=name, out=out, require_gpu=require_gpu, verify=not no_verify,
+        report=shown,
     )  # fmt: skip
     shown.close()
     if as_json:

@@ -98,20 +98,20 @@ class BuildOptions:
 
 def install(
     env: EnvDir,
-    prefix: Path | None = None,
+    options: BuildOptions = BuildOptions(),
     *,
-    force: bool = False,
-    installer: Installer = "auto",
-    solver: str = "auto",
-    script_args: tuple[str, ...] = (),
     offline: Offline | None = None,
     report: Report = nothing,
 ) -> InstallResult:
-    """Build the environment of `env` at `prefix` (its default prefix unless given), register it.
-    report: progress while it builds (each installer, each download, install.sh's steps).
+    """Build the environment of `env` at options.prefix (its default prefix unless given) and
+    register it. report: progress while it builds (each installer, each download, install.sh's
+    steps).
 
-    Hand-edited rendered files are refused unless `force` (which also rebuilds a complete prefix).
-    script_args go to the system path's install script (e.g. --runfile FILE, --dry-run)."""
+    Hand-edited rendered files are refused unless options.force (which also rebuilds a complete
+    prefix). options.script_args go to the system path's install script (e.g. --runfile FILE,
+    --dry-run)."""
+    prefix, force, script_args = options.prefix, options.force, options.script_args
+    installer, solver = options.installer, options.solver
     start = time.monotonic()
     if not force:
         env.check_reviewed()
