@@ -95,7 +95,7 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
     report(Event("step", f"{'dropping' if dropping else 'adding'} {what}: locking {env.name} ..."))
     with _restored_on_failure(env, old_text, old_lock):
         write_atomic(env.user_file, new_text)
-        locked = lock.run(env.root.parent, env.name)
+        locked = lock.run(env)
         conda = env.kind.conda_env
         old = Locked.read(old_lock, conda) if old_lock else None  # an empty lock: nothing moved
         new = Locked.read(env.lock.read_text(encoding="utf-8"), conda)
@@ -170,7 +170,7 @@ def _fresh(env: EnvDir) -> bool:
     from provision.errors import StaleError
 
     try:
-        lock.check_lock(env.root.parent, env.name)
+        lock.check_lock(env)
     except StaleError:
         return False
     return True

@@ -227,11 +227,12 @@ def _render(
 def _lock(out: Path, name: str, solver: str, channels: Sequence[str], force: bool) -> StepResult:
     from provision import lock
 
+    env = environment.load(Path(out) / name)
     if not force:
-        checked = lock.run(out, name, channels=channels, check=True)
+        checked = lock.run(env, channels=channels, check=True)
         if checked.ok:  # fresh: nothing to lock
             return replace(checked, outcome="skipped")
-    return lock.run(out, name, channels=channels, solver=solver)
+    return lock.run(env, channels=channels, solver=solver)
 
 
 def _install(

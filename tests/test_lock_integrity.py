@@ -20,7 +20,7 @@ import localchannel
 import pytest
 from click.testing import CliRunner
 
-from provision import matrix
+from provision import environment, matrix
 from provision.cli.commands import cli
 from provision.errors import LockInvalid, StaleError
 from provision.lock import check_lock
@@ -231,7 +231,7 @@ def test_check_refuses_a_tampered_lock(
     assert reason in output
     assert f"run: provision lock {name}" in output
     with pytest.raises(LockInvalid) as caught:
-        check_lock(envs, name)
+        check_lock(environment.load(envs / name))
     assert reason in str(caught.value)
 
 
@@ -309,7 +309,7 @@ def test_check_refuses_a_lock_that_is_not_complete_and_closed(
     assert output.count("\n") == 1 and "is not complete and closed: " in output
     assert reason in output
     with pytest.raises(LockInvalid) as caught:
-        check_lock(envs, name)
+        check_lock(environment.load(envs / name))
     assert reason in str(caught.value)
 
 
@@ -317,7 +317,7 @@ def test_pip_dependencies_are_recorded_so_the_closure_holds(envs: Path) -> None:
     """tensorflow -> absl-py -> six in both kinds of lock: reachable, so the lock is closed."""
     conda, pip = names()
     for name in (conda, pip):
-        assert check_lock(envs, name) is None
+        assert check_lock(environment.load(envs / name)) is None
     text = (envs / conda / "conda-lock.yml").read_text()
     tf = re.search(r"- name: tensorflow\n(?:  .*\n)+", text)
     assert tf is not None and "  dependencies:\n    absl-py: ''\n" in tf[0]
@@ -350,11 +350,11 @@ def test_a_lock_in_the_old_format_is_stale(envs: Path, deps_index: str, tmp_path
     assert code == 1
     assert f"envs/{pip}/requirements.lock is stale (made by an older provision; re-lock)" in output
     with pytest.raises(StaleError, match="made by an older provision"):
-        check_lock(envs, pip)
+        check_lock(environment.load(envs / pip))
     done = provision("lock", pip, "--out", str(envs), "--cache-dir", str(tmp_path / "cache"),
                      env={"PIP_INDEX_URL": deps_index})  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert check_lock(envs, pip) is None
+    assert check_lock(environment.load(envs / pip)) is None
 
 
 def test_check_lock_compares_with_the_channels_the_lock_was_made_for(
@@ -363,20 +363,22 @@ def test_check_lock_compares_with_the_channels_the_lock_was_made_for(
     conda, pip = names()
     env_file = envs / conda / "environment.yml"
     assert "  - conda-forge\n" in env_file.read_text()
-    assert check_lock(envs, conda) is None  # made with --channel: environment.yml's are not used
+    assert (
+        check_lock(environment.load(envs / conda)) is None
+    )  # made with --channel: environment.yml's are not used
     env_file.write_text(env_file.read_text().replace("  - conda-forge\n", "  - other\n"))
-    assert check_lock(envs, conda) is None
+    assert check_lock(environment.load(envs / conda)) is None
     # made from environment.yml's channels: a change there stales it
     env_file.write_text(env_file.read_text().replace("  - other\n", f"  - {local_channel.url}\n"))
     done = provision("lock", conda, "--out", str(envs), "--solver", "builtin", "--cache-dir",
                      str(tmp_path / "cache"), env={"PIP_INDEX_URL": deps_index})  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert check_lock(envs, conda) is None
+    assert check_lock(environment.load(envs / conda)) is None
     env_file.write_text(env_file.read_text().replace(f"  - {local_channel.url}\n", "  - other\n"))
     with pytest.raises(StaleError, match=r"channels \['file://.*'\] -> \['other'\]"):
-        check_lock(envs, conda)
+        check_lock(environment.load(envs / conda))
     # and a changed requirement, named
     req = envs / pip / "requirements.in"
     req.write_text(req.read_text() + "six>=1.16\n")
     with pytest.raises(StaleError, match=r"\(requirements changed: added six>=1\.16\); run: "):
-        check_lock(envs, pip)
+        check_lock(environment.load(envs / pip))

@@ -179,7 +179,7 @@ class Env:
         (self.dir / environment.MANIFEST).write_text(manifest.dumps())
         # `provision lock` would refuse a lock without the matrix's TensorFlow pins; this one is
         # sealed the way it seals its own (header, input digest, body digest, end marker).
-        target = lockinputs.load_target(self.out, self.name)
+        target = lockinputs.load_target(environment.load(self.dir))
         platforms = list(target.spec.platforms)
         body = text + "    # via -r requirements.in\n" + lockfile.end_line(1)
         head = lockfile.header(

@@ -214,7 +214,7 @@ def _check_lock(env: EnvDir) -> None:
     from provision import lock
 
     try:
-        lock.check_lock(env.root.parent, env.name)
+        lock.check_lock(env)
     except StaleError as exc:
         raise BundleError(f"refusing to bundle {env.name}: {exc}") from exc
 

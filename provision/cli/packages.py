@@ -76,7 +76,7 @@ def lock_cmd(
     if not check:
         shown(Event("step", f"locking {name} ({found.env.path} path) ..."))
     result = lock.run(
-        found.env.root.parent, name, platforms=platforms, channels=channels, solver=solver,
+        found.env, platforms=platforms, channels=channels, solver=solver,
         check=check, cache_dir=cache_dir, upgrade=moving,
     )  # fmt: skip
     shown.close()

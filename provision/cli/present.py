@@ -87,7 +87,7 @@ def lock_state(env: environment.EnvDir) -> str:
     if not env.lock.is_file():
         return f"none yet (provision lock {env.name})"
     try:
-        lock.check_lock(env.root.parent, env.name)
+        lock.check_lock(env)
     except StaleError as exc:
         return str(exc)
     except ProvisionError as exc:

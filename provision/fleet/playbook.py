@@ -232,7 +232,7 @@ def _check_ready(env: EnvDir, options: Options) -> tuple[Path, ...]:
     if not env.lock.is_file():
         raise FleetError(f"{env.name} has no lock yet: run `provision lock {env.name}` first")
     try:
-        lock.check_lock(env.root.parent, env.name)
+        lock.check_lock(env)
     except StaleError as exc:
         raise FleetError(f"refusing to roll out {env.name}: {exc}") from exc
     if not options.inventory.is_file():

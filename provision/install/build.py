@@ -163,7 +163,7 @@ def _check_lock(env: EnvDir) -> None:
     from provision.errors import StaleError
 
     try:
-        lock.check_lock(env.root.parent, env.name)
+        lock.check_lock(env)
     except StaleError as exc:
         raise InstallError(f"refusing to install {env.name}: {exc}") from exc
 

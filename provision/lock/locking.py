@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from provision import fileio
+from provision.environment import EnvDir
 from provision.errors import StaleError, UsageError
 from provision.lock import condalock, lockfile, pylock, userlock
 from provision.lock.lockcheck import verify
@@ -28,8 +29,7 @@ from provision.tools import SOLVERS
 
 
 def run(
-    out: Path,
-    name: str,
+    env: EnvDir,
     *,
     platforms: Sequence[str] = (),
     channels: Sequence[str] = (),
@@ -41,7 +41,8 @@ def run(
     """`provision lock`: done when a lock was written; with check, done when the lock is fresh
     and stale (the reason as its line) when it is missing, edited or out of date.
     upgrade: the user's packages to resolve as of now (() for all of them; None: none)."""
-    target = load_target(out, name)
+    target = load_target(env)
+    name = env.name
     plats = list(dict.fromkeys(platforms)) or list(target.spec.platforms)
     if not target.spec.kind.conda_env and channels:
         raise UsageError(
@@ -59,7 +60,7 @@ def run(
     if upgrade is not None and target.spec.kind.conda_env:
         raise UsageError("--upgrade applies to pip and system path locks")
     data = lockfile.inputs(target, plats, channels)
-    rel = f"{out.name}/{name}/{target.lock_path.name}"
+    rel = f"{env.root.parent.name}/{name}/{target.lock_path.name}"
     regen = lockfile.regen_command(target, plats, channels)
     if check:
         try:
@@ -86,7 +87,7 @@ def run(
     return StepResult("lock", "done", [f"wrote {rel} ({count} packages, {used}, {seconds:.1f} s)"])
 
 
-def check_lock(out: Path, name: str) -> None:
+def check_lock(env: EnvDir) -> None:
     """Before installing from envs/NAME's lock: it exists, has provision's header, is fresh for
     the inputs as they are now (with the platforms and channels it was made for), is the body
     it was made with (not edited, not truncated, readable), and is complete and closed.
@@ -94,9 +95,9 @@ def check_lock(out: Path, name: str) -> None:
     Raises StaleError (no lock yet; inputs changed; made by another provision version) or its
     subclass LockInvalid (empty, no header, truncated, edited, not valid YAML, not closed), each
     with a one-line message that names the lock, the reason and `run: provision lock ...`;
-    UsageError / LockError as load_target does (unknown environment, unreadable inputs)."""
-    target = load_target(out, name)
+    LockError as load_target does (a request that does not resolve, unreadable inputs)."""
+    target = load_target(env)
     platforms, channels = lockfile.made_for(target)
-    rel = f"{out.name}/{name}/{target.lock_path.name}"
+    rel = f"{env.root.parent.name}/{env.name}/{target.lock_path.name}"
     verify(target, lockfile.inputs(target, platforms, channels), rel,
            lockfile.regen_command(target, platforms, channels))  # fmt: skip

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from provision import environment
 from provision.environment import EnvDir
-from provision.errors import LockError, UsageError
+from provision.errors import LockError
 from provision.fileio import load_yaml
 from provision.lock.requirements import parse_requirements
 from provision.matrix import spec
@@ -51,24 +51,13 @@ class LockTarget:
         return self.env.lock
 
 
-def known_envs(out: Path) -> list[str]:
-    if not out.is_dir():
-        return []
-
-    def natural(name: str) -> list[int | str]:
-        return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
-
-    return sorted((p.parent.name for p in out.glob(f"*/{environment.MANIFEST}")), key=natural)
-
-
-def load_target(out: Path, name: str) -> LockTarget:
-    root = out / name
+def load_target(env: EnvDir) -> LockTarget:
+    """What a lock is made from: the environment directory, its spec and the user's packages;
+    LockError when the request does not resolve or an input is missing or unreadable."""
+    root = env.root
     if not (root / environment.MANIFEST).is_file():
-        known = known_envs(out)
-        listing = ", ".join(known) if known else "none (run provision render first)"
-        raise UsageError(f"no environment {name!r} in {out}; known: {listing}")
+        raise LockError(f"{root / environment.MANIFEST} is gone; render the environment again")
     try:
-        env = environment.load(root)
         resolved = env.spec
     except environment.ManifestError as exc:
         raise LockError(str(exc)) from exc
