@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -34,23 +33,13 @@ from bundletools import (
     provision_offline,
 )
 from clitools import run_cli
-from tinyindex import Env, Index
+from tinyindex import Env, Index, reseal, system_release
 
 from provision import environment, matrix, tools
 from provision.install.place import state_of
 from provision.matrix.spec import all_specs
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def reseal(folder: Path, *rels: str) -> None:
-    """provision.json records these files as they are now, as render would have written them."""
-    found = environment.load(folder)
-    files = dict(found.manifest.files)
-    for rel in rels:
-        files[rel] = hashlib.sha256((folder / rel).read_bytes()).hexdigest()
-    manifest = environment.Manifest(found.manifest.request, files, found.manifest.name)
-    (folder / environment.MANIFEST).write_text(manifest.dumps())
 
 
 def bundle(name: str, out: Path, dest: Path, *extra: str) -> Path:
@@ -115,20 +104,10 @@ def test_conda_bundle_installs_with_no_network(
 # -- system, with the toolkit -------------------------------------------------------------------
 
 
-def _system_spec() -> tuple[str, str]:
-    """A system-path release with cuDNN wheels (the fakes' libraries) and a Python of this host."""
-    for spec in all_specs(matrix.load()):
-        if spec.path == "system" and spec.cudnn.pip and spec.cuda.major == 11:
-            for python in reversed(spec.release.python):
-                if tools.has_python(python):
-                    return spec.release.tf, python
-    pytest.skip("no system-path release with a Python of this host")
-
-
 @pytest.fixture(scope="module")
 def fakes(nvidia_artifacts: Callable[..., object]) -> object:
     """The fake runfile and cuDNN archive, built before the test points pip at its own index."""
-    tf, _ = _system_spec()
+    tf, _ = system_release()
     spec = next(s for s in all_specs(matrix.load()) if s.path == "system" and s.release.tf == tf)
     return nvidia_artifacts(spec.cuda, spec.cudnn)
 
@@ -137,7 +116,7 @@ def fakes(nvidia_artifacts: Callable[..., object]) -> object:
 def test_system_bundle_carries_the_toolkit(
     fakes: object, index: Index, wheelhouse: Path, tmp_path: Path
 ) -> None:
-    tf, python = _system_spec()
+    tf, python = system_release()
     out = tmp_path / "envs"
     code, text = run_cli("render", "--tf", tf, "--path", "system", "--python", python,
                          "--name", "sys", "--out", str(out))  # fmt: skip

@@ -23,11 +23,12 @@ import pytest
 from click.testing import CliRunner
 from clitools import run_cli
 
-from provision import environment, matrix
+from provision import environment, matrix, tools
 from provision.cli.commands import cli
 from provision.create import default_python
 from provision.errors import InstallError
 from provision.lock import lockfile, lockinputs
+from provision.matrix import spec
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = "provision-tiny"
@@ -172,11 +173,7 @@ class Env:
         requirement = text.split(" ", 1)[0]
         reqs = self.dir / "requirements.in"
         reqs.write_text(reqs.read_text().split("\n", 1)[0] + "\n" + requirement + "\n")
-        found = environment.load(self.dir)
-        files = dict(found.manifest.files)
-        files["requirements.in"] = hashlib.sha256(reqs.read_bytes()).hexdigest()
-        manifest = environment.Manifest(found.manifest.request, files, found.manifest.name)
-        (self.dir / environment.MANIFEST).write_text(manifest.dumps())
+        reseal(self.dir, "requirements.in")
         # `provision lock` would refuse a lock without the matrix's TensorFlow pins; this one is
         # sealed the way it seals its own (header, input digest, body digest, end marker).
         target = lockinputs.load_target(environment.load(self.dir))
@@ -191,6 +188,27 @@ class Env:
         (self.dir / "requirements.lock").write_text(head + body)
         code, out = run_cli("lock", self.name, "--out", str(self.out), "--check")
         assert code == 0, out
+
+
+def reseal(folder: Path, *rels: str) -> None:
+    """provision.json records these files as they are now, as render would have written them."""
+    found = environment.load(folder)
+    files = dict(found.manifest.files)
+    for rel in rels:
+        files[rel] = hashlib.sha256((folder / rel).read_bytes()).hexdigest()
+    manifest = environment.Manifest(found.manifest.request, files, found.manifest.name)
+    (folder / environment.MANIFEST).write_text(manifest.dumps())
+
+
+def system_release() -> tuple[str, str]:
+    """A system-path release with cuDNN wheels (the fake NVIDIA artifacts' libraries, CUDA 11)
+    and a Python of this host: (release, Python)."""
+    for s in spec.all_specs(matrix.load()):
+        if s.kind.host_toolkit and s.cudnn.pip and s.cuda.major == 11:
+            for python in reversed(s.release.python):
+                if tools.has_python(python):
+                    return s.release.tf, python
+    pytest.skip("no system-path release with a Python of this host")
 
 
 def pip_release() -> tuple[str, str]:
