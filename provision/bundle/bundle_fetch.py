@@ -24,6 +24,7 @@ from pathlib import Path
 from provision import _proc
 from provision.bundlefile.bundle_format import CHUNK, BundleError, manylinux_platforms
 from provision.fileio import write_atomic
+from provision.lock.condafile import LockedPackage
 from provision.progress import Event, Report
 
 PIP_TIMEOUT = 3600.0
@@ -280,11 +281,11 @@ def lock_wheels(
 # -- conda-lock's packages ---------------------------------------------------------------------
 
 
-def conda_packages(lock: Path, subdir: str, cache: BundleCache, report: Report) -> list[Item]:
-    """The conda packages (and pip wheels) conda-lock.yml names for `subdir`, by their URLs."""
-    from provision.lock import condafile
-
-    entries = condafile.read(lock, BundleError).on(subdir)
+def conda_packages(
+    entries: Sequence[LockedPackage], lock: Path, subdir: str, cache: BundleCache, report: Report
+) -> list[Item]:
+    """The conda packages (and pip wheels) conda-lock.yml (`lock`, read by the caller: its
+    `entries` for `subdir`) names, fetched by their URLs."""
     if not entries:
         raise BundleError(f"{lock} has no package for {subdir}; lock it with --platform {subdir}")
     report(Event("step", f"collecting {len(entries)} packages of {lock.name} for {subdir}"))

@@ -40,6 +40,8 @@ from provision.bundlefile.bundle_io import Sink
 from provision.environment import EnvDir
 from provision.errors import StaleError, UsageError
 from provision.fileio import sha256_file
+from provision.lock import condafile
+from provision.lock.condafile import LockedPackage
 from provision.progress import Event, Report, nothing
 
 
@@ -112,18 +114,17 @@ def bootstrap_item() -> fetch.Item:
     return fetch.Item(BOOTSTRAP, "bootstrap", path, sha256_file(path))
 
 
-def _conda_glibc(env: EnvDir, subdir: str) -> list[tuple[int, int]]:
-    """The __glibc floors the conda packages of the lock declare."""
-    from provision.lock import condafile
-
-    lock = condafile.read(env.lock, BundleError)
-    return [floor for p in lock.on(subdir) if (floor := p.glibc_floor) is not None]
-
-
-def requires_of(env: EnvDir, target: fetch.BundleMachine, items: Sequence[fetch.Item]) -> Requires:
+def requires_of(
+    env: EnvDir,
+    target: fetch.BundleMachine,
+    items: Sequence[fetch.Item],
+    conda: Sequence[LockedPackage] = (),
+) -> Requires:
+    """What the target host needs: the newest glibc the wheels' tags, the conda packages'
+    __glibc (`conda`: the lock's packages for the target, read once by build) and the release ask
+    for; the Python (venv paths) and the driver."""
     floors = [w for i in items if (w := wheel_glibc(i.path.name)) is not None]
-    if env.kind.conda_env:
-        floors += _conda_glibc(env, target.subdir)
+    floors += [floor for p in conda if (floor := p.glibc_floor) is not None]
     release = tuple(int(x) for x in env.spec.release.glibc_min.split(".")[:2])
     floors.append((release[0], release[1]))
     return Requires(
@@ -171,8 +172,10 @@ def build(
     target = target_of(env, glibc, provision_python, platform)
     cache = fetch.BundleCache(Path(cache_dir) if cache_dir else fetch.default_cache())
     items = env_items(env)
+    conda: list[LockedPackage] = []
     if env.kind.conda_env:
-        items += fetch.conda_packages(env.lock, target.subdir, cache, report)
+        conda = condafile.read(env.lock, BundleError).on(target.subdir)
+        items += fetch.conda_packages(conda, env.lock, target.subdir, cache, report)
     else:
         report(
             Event("step", f"collecting the wheels of {env.lock.name} for Python {target.python}")
@@ -194,7 +197,7 @@ def build(
         lock_sha256=sha256_file(env.lock),
         provision_version=_provision_version(items),
         provision_python=target.provision_python,
-        requires=requires_of(env, target, items),
+        requires=requires_of(env, target, items, conda),
         members=tuple(Member(i.name, i.group, i.path.stat().st_size, i.sha256) for i in items),
     )
     report(
