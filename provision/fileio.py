@@ -1,6 +1,7 @@
 """The small file operations every part of provision shares: sha256 digests, replacing a file in
-one rename, and YAML through libyaml. Imports nothing of provision's (the walls, payload/,
-scripts/, hooks/ and ansible/, keep their own copies: they import nothing of provision's at all).
+one rename, YAML through libyaml, and whether the file system can hold a path at all. Imports
+nothing of provision's (the walls, payload/, scripts/, hooks/ and ansible/, keep their own
+copies: they import nothing of provision's at all).
 
 write_atomic writes a temporary file beside the target (same folder, so the rename cannot cross
 file systems), flushes and fsyncs it, gives it its mode and renames it over the target: a reader
@@ -107,3 +108,38 @@ def dump_yaml_for_people(data: object) -> str:
     import yaml
 
     return str(yaml.dump(data, Dumper=_indented_dumper(), sort_keys=False, width=1000))
+
+
+# -- what the file system can hold ---------------------------------------------------------
+
+
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def _limits(path: str) -> tuple[int, int]:
+    """NAME_MAX and PATH_MAX of the file system the path is on (its nearest existing folder)."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX, PATH_MAX
+
+
+def path_problem(path: str) -> str | None:
+    """Why the file system cannot hold this path, or None."""
+    if not path.strip():
+        return "is empty"
+    if "\0" in path:
+        return "holds a NUL character"
+    if "\n" in path or "\r" in path:
+        return "holds a line break (scripts, records and activation hooks would split it)"
+    name_max, path_max = _limits(path)
+    longest = max((len(os.fsencode(p)) for p in Path(path).parts), default=0)
+    if longest > name_max:
+        return f"has a name of {longest} bytes; this file system allows {name_max}"
+    if len(os.fsencode(os.path.abspath(path))) >= path_max:
+        return f"is longer than this file system allows ({path_max} bytes)"
+    return None

@@ -16,7 +16,8 @@ tuple[X, ...] (a list in the data), dict[str, X], and nested dataclasses, alone 
 that already is the dataclass it should become is taken as it is. The analysis of a class (its
 fields and hints; typing.get_type_hints is slow) is made once per process.
 
-The bottom of the import graph: this module imports provision.errors only.
+The bottom of the import graph: this module imports nothing of provision's; callers name the
+error to raise.
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ import typing
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Literal, TypeVar
-
-from provision.errors import ProvisionError
 
 T = TypeVar("T")
 _CHECK = "provision.records.check"
@@ -49,7 +48,7 @@ def named(template: str) -> dict[str, object]:
     return {_NAME: template}
 
 
-def read(cls: type[T], data: object, where: str, error: type[Exception] = ProvisionError) -> T:
+def read(cls: type[T], data: object, where: str, error: type[Exception]) -> T:
     """An instance of the frozen dataclass `cls` from `data`, or `error` naming `where` and the
     field: a missing field without a default, a value of another type, a failed check, a key the
     class does not have."""

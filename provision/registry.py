@@ -49,7 +49,7 @@ def _check_home(path: Path) -> None:
     """PROVISION_HOME must be a folder, or a path where one can be made: not a file, not under a
     file, not longer than the file system allows. (Whether it is writable is checked by those
     who write: listing a read-only home is fine.)"""
-    from provision.paths import path_problem
+    from provision.fileio import path_problem
 
     why = path_problem(str(path))
     if why:

@@ -208,13 +208,14 @@ def network_env(
     return out
 
 
-def child_env(cache_dir: Path | None = None, *, extra_index: bool = False) -> dict[str, str]:
+def child_env(
+    cache_vars: Mapping[str, str], cache_dir: Path | None = None, *, extra_index: bool = False
+) -> dict[str, str]:
     """What every installer and resolver provision runs (uv, pip, conda-lock, the solver) gets
-    on top of the environment: pip's network settings, and provision's caches (caches.py), or
-    those under --cache-dir."""
-    from provision import caches
-
-    env = {**caches.tool_env(), **network_env(extra_index=extra_index)}
+    on top of the environment: pip's network settings, and provision's caches (`cache_vars`:
+    caches.tool_env(), which the caller hands in so that finding tools stays below the caches'
+    floor), or those under --cache-dir."""
+    env = {**cache_vars, **network_env(extra_index=extra_index)}
     if cache_dir is not None:
         env["UV_CACHE_DIR"] = str(cache_dir.absolute() / "uv")
     return env

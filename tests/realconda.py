@@ -185,10 +185,11 @@ def e2e_spec(matrix: Matrix) -> EnvSpec | None:
     """The conda environment the end-to-end tests build: the newest release whose cuDNN comes from
     the channel (so both libcudart and libcudnn are channel packages), at the newest Python it
     supports that this host can repackage."""
+    from provision.matrix import kinds
     from provision.matrix import spec as spec_mod
 
     for release in reversed(matrix.releases):
-        if spec_mod.refusal(matrix, release, "conda") or not matrix.cudnn_of(release).conda_forge:
+        if kinds.of("conda").refusal(matrix, release) or not matrix.cudnn_of(release).conda_forge:
             continue
         for python in reversed(release.python):
             if python_tree(python) is not None:

@@ -78,7 +78,7 @@ def _refused(data: dict[str, object], error: type[Exception] = ProvisionError) -
 
 
 def test_a_good_row_is_built_with_the_defaults() -> None:
-    thing = records.read(Thing, _good(), "thing 1")
+    thing = records.read(Thing, _good(), "thing 1", ValueError)
     assert thing == Thing(
         name="thing",
         count=3,
@@ -94,12 +94,14 @@ def test_a_good_row_is_built_with_the_defaults() -> None:
 
 def test_the_asdict_form_reads_back_through_json() -> None:
     data = {**_good(), "extra": {"colour": "green", "depth": 2.5}, "wheels": {"w": "1"}}
-    thing = records.read(Thing, data, "thing 1")
-    assert records.read(Thing, json.loads(json.dumps(asdict(thing))), "thing 1") == thing
+    thing = records.read(Thing, data, "thing 1", ValueError)
+    assert (
+        records.read(Thing, json.loads(json.dumps(asdict(thing))), "thing 1", ValueError) == thing
+    )
 
 
 def test_an_int_is_a_float_and_a_bool_is_no_number() -> None:
-    assert records.read(Thing, {**_good(), "ratio": 2}, "t").ratio == 2
+    assert records.read(Thing, {**_good(), "ratio": 2}, "t", ValueError).ratio == 2
     assert _refused({**_good(), "count": True}) == "thing 1: field 'count' must be int, got True"
     assert _refused({**_good(), "ratio": False}) == (
         "thing 1: field 'ratio' must be float, got False"
@@ -171,7 +173,7 @@ def test_literal_words_must_match_in_value_and_type() -> None:
     assert _refused({**_good(), "inner": {"colour": "blue"}}) == (
         "thing 1.inner: field 'colour' must be one of 'red', 'green', got 'blue'"
     )
-    assert records.read(Thing, {**_good(), "level": 2}, "t").level == 2
+    assert records.read(Thing, {**_good(), "level": 2}, "t", ValueError).level == 2
     assert _refused({**_good(), "level": True}) == (
         "thing 1: field 'level' must be one of 1, 2, got True"
     )
@@ -182,12 +184,12 @@ def test_literal_words_must_match_in_value_and_type() -> None:
 
 def test_a_value_that_already_is_the_dataclass_is_taken() -> None:
     inner = Inner("green", 3.0)
-    assert records.read(Thing, {**_good(), "inner": inner}, "t").inner is inner
+    assert records.read(Thing, {**_good(), "inner": inner}, "t", ValueError).inner is inner
 
 
 def test_a_type_the_reader_does_not_know_is_a_bug_in_the_dataclass() -> None:
     with pytest.raises(TypeError, match="Odd: records cannot read a field of type"):
-        records.read(Odd, {"when": []}, "odd")
+        records.read(Odd, {"when": []}, "odd", ValueError)
 
 
 def test_long_values_are_cut_in_messages() -> None:

@@ -11,7 +11,7 @@ from typing import TypeVar
 
 import click
 
-from provision.paths import path_problem
+from provision.fileio import path_problem
 
 
 class SafePath(click.Path):

@@ -114,4 +114,4 @@ class Diagnosis:
         host = data.get("host")
         if isinstance(host, Mapping):
             fields["host"] = HostReport.from_json(host)
-        return records.read(cls, fields, "doctor report")
+        return records.read(cls, fields, "doctor report", ProvisionError)

@@ -126,4 +126,4 @@ class HostReport:
         report of another shape (the message names the field)."""
         if data.get("schema") != SCHEMA:
             raise ProvisionError(f"host report schema {data.get('schema')!r} is not {SCHEMA}")
-        return records.read(cls, data, "host report")
+        return records.read(cls, data, "host report", ProvisionError)

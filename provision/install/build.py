@@ -144,7 +144,8 @@ def install(
 def check_prefix(target: Path) -> None:
     """Before anything is written: the prefix can be built here and registered (its path fits
     the file system, it is not a file, its folder is writable, PROVISION_HOME is usable)."""
-    from provision.paths import path_problem, writable_target
+    from provision.fileio import path_problem
+    from provision.paths import writable_target
 
     why = path_problem(str(target))
     if why:

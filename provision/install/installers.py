@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from provision import _proc, tools
+from provision import _proc, caches, tools
 from provision.environment import EnvDir, interpreter
 from provision.errors import InstallError, ProvisionError, ToolMissing
 from provision.install import prefix_hooks
@@ -133,7 +133,8 @@ def run_step(
     lines = InstallerLines(report)
     try:
         # pip's network settings (its extra indexes too: the lock's hashes decide), the caches
-        everything = {**tools.child_env(extra_index=True), **(env or {})}
+        cache_vars = caches.tool_env()
+        everything = {**tools.child_env(cache_vars, extra_index=True), **(env or {})}
         done = _proc.stream(argv, lines, timeout=INSTALL_TIMEOUT, env=everything, keep_fds=keep)
         lines.close()
     except ToolMissing:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from provision import _children, _proc, tools
+from provision import _children, _proc, caches, tools
 from provision.errors import LockError, UsageError
 from provision.fileio import dump_yaml, load_yaml
 from provision.lock import condafile
@@ -45,7 +45,7 @@ def lock(
         # conda-lock's own temporary folders go into ours, which goes even when it cannot.
         (tmp / "tmp").mkdir()
         env = {
-            **tools.child_env(cache_dir),
+            **tools.child_env(caches.tool_env(), cache_dir),
             "CONDA_LOCK_SUBPROCESS_STDERR_DEFAULT_LOG_LEVEL": "DEBUG",
             "TMPDIR": str(tmp / "tmp"),
         }

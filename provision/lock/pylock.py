@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from provision import _children, _proc, tools
+from provision import _children, _proc, caches, tools
 from provision.errors import LockError, UsageError
 from provision.lock.lockinputs import LockTarget
 from provision.lock.requirements import ARCH, exact_pins, norm, requirement_lines
@@ -102,7 +102,7 @@ def uv_compile_argv(
 
 
 def uv_env(cache_dir: Path | None) -> dict[str, str]:
-    return {**tools.child_env(cache_dir), "UV_PYTHON_DOWNLOADS": "never"}
+    return {**tools.child_env(caches.tool_env(), cache_dir), "UV_PYTHON_DOWNLOADS": "never"}
 
 
 def compile_lock(
