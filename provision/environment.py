@@ -35,8 +35,10 @@ INPUT_FILES: dict[str, tuple[str, ...]] = {n: k.input_files for n, k in kinds.KI
 # manifest's hashes; render keeps it, as it keeps the lock.
 USER_FILE = userpackages.FILE
 KEPT_FILES = (*sorted(set(LOCK_FILES.values())), USER_FILE)
-# The line of a pip lock whose NVIDIA libraries moved for another framework (lock/userlock.py).
-CUDA_TAG = "# provision-cuda-libraries: "
+# Folders other commands write into envs/NAME/ (registered here, so that render, which keeps them
+# as they are, names none of them): `provision fleet`'s playbook and variables.
+FLEET_DIR = "ansible"
+COMMAND_DIRS = (FLEET_DIR,)
 RUNTIME = "hooks/runtime.env"
 DEFAULT_OUT = Path("envs")
 # Where `provision install` puts the runtime values in a prefix (install/prefix_hooks.py).
@@ -183,25 +185,6 @@ class EnvDir:
         rels = {MANIFEST, *self.manifest.files}
         rels |= {p.name for p in (self.lock, self.user_file) if p.is_file()}
         return sorted(rels)
-
-    def locked_libraries(self) -> dict[str, str]:
-        """The CUDA runtime and cuDNN (major.minor, keys "cuda" and "cudnn") of a pip lock whose
-        NVIDIA libraries moved within the release's and-cuda ranges for another framework (its
-        CUDA_TAG line); empty for any other lock."""
-        import re
-
-        try:
-            text = diskread.read_text(self.lock, RENDERED_LIMIT)
-        except (OSError, diskread.Unreadable):
-            return {}
-        if CUDA_TAG not in text:
-            return {}
-        found = {}
-        for key, wheel in (("cuda", "cuda-runtime"), ("cudnn", "cudnn")):
-            m = re.search(rf"^nvidia-{wheel}-cu\d+==(\d+)\.(\d+)", text, re.M)
-            if m:
-                found[key] = f"{m.group(1)}.{m.group(2)}"
-        return found
 
     def packages(self) -> list[userpackages.Package]:
         """The user's packages, in the file's order (none without packages.in)."""

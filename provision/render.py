@@ -34,8 +34,8 @@ META = environment.MANIFEST
 # Written by `provision lock` or the user's own (packages.in), never rendered: carried over when an
 # environment is re-rendered.
 LOCK_FILES = environment.KEPT_FILES
-# Written next to the rendered files by other commands, and kept as they are: `provision fleet`.
-KEPT_DIRS = ("ansible",)
+# Written next to the rendered files by other commands, and kept as they are.
+KEPT_DIRS = environment.COMMAND_DIRS
 HEADER = "common/header.j2"
 SUFFIX = ".j2"
 EXPORT = "export"  # templates rendered only into `provision export` copies

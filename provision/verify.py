@@ -429,7 +429,9 @@ def expected_of(env: EnvDir) -> dict[str, object]:
     from provision.matrix import spec
 
     expected = spec.expected(env.spec)
-    for key, version in env.locked_libraries().items():
+    from provision.lock.userlock import locked_libraries
+
+    for key, version in locked_libraries(env).items():
         expected[f"{key}_locked"] = version
     return expected
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from provision import environment, verify
+from provision.lock.userlock import locked_libraries
 from provision.payload import judgements
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +21,7 @@ H200 = ROOT / "tests" / "fixtures" / "h200-frameworks"
 def test_the_h200_report_passes_with_torch_on_the_gpu_and_the_locks_libraries() -> None:
     env = environment.load(H200 / "tf2.20-torch")
     assert [p.name for p in env.packages()] == ["torch"]
-    assert env.locked_libraries() == {"cuda": "12.8", "cudnn": "9.10"}
+    assert locked_libraries(env) == {"cuda": "12.8", "cudnn": "9.10"}
     report = json.loads((H200 / "verify.json").read_text())["report"]
     judged = verify.compare(report, verify.expected_of(env), require_gpu=True, name=env.name)
     assert judged.ok and not judged.cpu_only, [f"{o.name}: {o.reason}" for o in judged.failures]
@@ -64,4 +65,4 @@ def test_a_library_the_lock_moved_is_judged_against_the_lock(
 
 
 def test_a_lock_that_moved_nothing_names_no_libraries() -> None:
-    assert environment.load(ROOT / "envs" / "tf2.20-pip").locked_libraries() == {}
+    assert locked_libraries(environment.load(ROOT / "envs" / "tf2.20-pip")) == {}

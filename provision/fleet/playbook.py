@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import _proc
+from provision import _proc, environment
 from provision.bundlefile import selfwheel
 from provision.environment import EnvDir
 from provision.errors import ProvisionError, ToolMissing, UsageError
@@ -41,7 +41,7 @@ ROLES = ANSIBLE_DIR / "roles"
 CALLBACKS = ANSIBLE_DIR / "callback_plugins"
 ROLE = "provision_env"
 ANSIBLE_CORE = "ansible-core==2.17.14"  # the `fleet` extra pins the same
-FOLDER = "ansible"  # envs/NAME/ansible/
+FOLDER = environment.FLEET_DIR  # envs/NAME/ansible/
 GENERATED = (f"{FOLDER}/vars.yml", f"{FOLDER}/playbook.yml")
 EVENTS = "events.jsonl"
 

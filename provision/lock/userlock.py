@@ -27,7 +27,9 @@ from provision.lock.lockinputs import LockTarget
 from provision.lock.requirements import exact_pins, pins, requirement_lines
 
 DECLARED_TAG = "# provision-declared: "
-CUDA_TAG = environment.CUDA_TAG
+# The line of a pip lock whose NVIDIA libraries moved for another framework.
+CUDA_TAG = "# provision-cuda-libraries: "
+LOCK_LIMIT = 64 << 20  # a lock is a few MB
 ALL: tuple[str, ...] = ()  # upgrade=ALL: every one of the user's packages
 
 
@@ -338,3 +340,25 @@ def _relaxed(argv: list[str], workdir: Path, env: dict[str, str]) -> conflicts.R
         return pylock.pins(out.read_text(encoding="utf-8")).get(name)
 
     return relax
+
+
+def locked_libraries(env: environment.EnvDir) -> dict[str, str]:
+    """The CUDA runtime and cuDNN (major.minor, keys "cuda" and "cudnn") of a pip lock whose
+    NVIDIA libraries moved within the release's and-cuda ranges for another framework (its
+    CUDA_TAG line); empty for any other lock, and for one that cannot be read."""
+    try:
+        text = diskread.read_text(env.lock, LOCK_LIMIT)
+    except (OSError, diskread.Unreadable):
+        return {}
+    if CUDA_TAG not in text:
+        return {}
+    try:
+        locked = pins(text)
+    except ValueError:
+        return {}
+    found = {}
+    for key, wheel in (("cuda", "nvidia-cuda-runtime-cu"), ("cudnn", "nvidia-cudnn-cu")):
+        version = next((v for n, v in sorted(locked.items()) if n.startswith(wheel)), None)
+        if version:
+            found[key] = ".".join(version.split(".")[:2])
+    return found
