@@ -228,13 +228,13 @@ def _applies(req: Requirement, env: Mapping[str, str]) -> bool:
 
 def _conflicts(pkg: PackageFact, now: Sequence[PackageFact], python: str) -> list[str]:
     """Requirements between `pkg` and the other installed pip packages that do not hold."""
-    if pkg.kind != "pip":
+    if not pkg.pip:
         return []
     env = _marker_env(python)
-    installed = {p.name: p for p in now if p.kind == "pip"}
+    installed = {p.name: p for p in now if p.pip}
     out = []
     for other in now:
-        if other.kind != "pip":
+        if not other.pip:
             continue
         for text in other.requires:
             try:
@@ -259,13 +259,13 @@ def _packages(old: EnvFacts, new: EnvFacts, t: DriftSubject, gone_libs: set[str]
     out: list[Change] = []
     python = t.interpreter or "python"
     # The environment's own pip where it has one; uv's (which built it) where it has none.
-    has_pip = any(p.kind == "pip" and p.name == "pip" for p in new.packages)
+    has_pip = any(p.pip and p.name == "pip" for p in new.packages)
     pip_fix = f"{python} -m pip install" if has_pip else f"uv pip install --python {python}"
     pip_undo = pip_fix.replace(" install", " uninstall", 1)
     for key in sorted(before.keys() - after.keys()):
         p = before[key]
         needed = [
-            f"{o.name} needs it" for o in new.packages if p.kind == "pip" and any(
+            f"{o.name} needs it" for o in new.packages if p.pip and any(
                 _req_name(r) == p.name for r in o.requires
             )
         ]  # fmt: skip
@@ -287,7 +287,7 @@ def _packages(old: EnvFacts, new: EnvFacts, t: DriftSubject, gone_libs: set[str]
             "package", f"{p.name} {p.version} installed by hand ({p.installer or 'unknown'}), "
             f"{lock_note}", effect, "breaks" if conflicts else "changed",
             t.reinstall + (f" or {pip_undo} {p.name}"
-                           if p.kind == "pip" else ""),
+                           if p.pip else ""),
         ))  # fmt: skip
     for key in sorted(before.keys() & after.keys()):
         a, b = before[key], after[key]
@@ -299,7 +299,7 @@ def _packages(old: EnvFacts, new: EnvFacts, t: DriftSubject, gone_libs: set[str]
             )  # fmt: skip
             conflicts = _conflicts(b, new.packages, new.python)
             effect = "; ".join(conflicts) if conflicts else "no declared conflict; verify again"
-            restore = f"{pip_fix} '{b.name}=={locked or a.version}'" if b.kind == "pip" else ""
+            restore = f"{pip_fix} '{b.name}=={locked or a.version}'" if b.pip else ""
             out.append(Change(
                 "package", f"{b.name} {a.version} → {b.version} installed by hand, {note}", effect,
                 "breaks" if conflicts else "changed",

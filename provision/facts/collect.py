@@ -57,6 +57,11 @@ class PackageFact:
     def key(self) -> str:
         return f"{self.kind}:{self.name}"
 
+    @property
+    def pip(self) -> bool:
+        """A Python distribution (dist-info), which pip or uv can put back; else a conda package."""
+        return self.kind == "pip"
+
 
 @dataclass(frozen=True)
 class LibraryFact:

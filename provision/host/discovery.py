@@ -28,6 +28,11 @@ class Prefix(NamedTuple):
     path: Path  # a file of this filesystem
     kind: str  # conda | venv | python
 
+    @property
+    def conda(self) -> bool:
+        """A conda environment: its own lib/ and bin/ hold libraries and tools."""
+        return self.kind == "conda"
+
 
 @dataclass(frozen=True)
 class PtxasFacts:
@@ -122,9 +127,9 @@ def probe_ptxas(ctx: Context) -> PtxasFacts:
         (root / "bin" / "ptxas", "") for root in toolkit_roots(ctx)
     ]
     candidates += [(d / "ptxas", "") for d in ctx.dirs("PATH")]
-    for prefix, kind in python_prefixes(ctx):
-        env = ctx.show(prefix)
-        if kind == "conda":
+    for python_prefix in python_prefixes(ctx):
+        prefix, env = python_prefix.path, ctx.show(python_prefix.path)
+        if python_prefix.conda:
             candidates.append((prefix / "bin" / "ptxas", env))
         for site in site_packages(prefix):
             candidates += [(p, env) for p in glob(site, "nvidia/*/bin/ptxas")]

@@ -49,8 +49,9 @@ def probe_libraries(ctx: Context) -> LibraryFacts:
     for root in toolkit_roots(ctx):
         for sub in ("lib64", "lib", "targets/*/lib"):
             places += [(d, "CUDA toolkit", "") for d in glob(root, sub)]
-    for prefix, kind in python_prefixes(ctx):
-        if kind == "conda":
+    for python_prefix in python_prefixes(ctx):
+        prefix = python_prefix.path
+        if python_prefix.conda:
             places.append((prefix / "lib", "conda", ctx.show(prefix)))
         for site in site_packages(prefix):
             places += [(d, "pip", ctx.show(prefix)) for d in glob(site, "nvidia/*/lib")]

@@ -160,7 +160,7 @@ def _platform_closure(
     table: dict[tuple[str, str], LockedPackage] = {
         (p.manager, norm(p.name) if p.pip else p.name): p for p in pkgs
     }
-    provided = {norm(n): n for m, n in table if m == "conda"}
+    provided = {norm(p.name): p.name for p in pkgs if not p.pip}
     out: list[str] = []
 
     def find(name: str, pip_name: bool) -> tuple[str, str] | None:
@@ -173,7 +173,7 @@ def _platform_closure(
             return ("pip", key)
         return ("conda", provided[key]) if key in provided else None
 
-    conda = {n: pkg for (m, n), pkg in table.items() if m == "conda"}
+    conda = {p.name: p for p in pkgs if not p.pip}
     roots = []
     for text in env.conda:
         name, problem = _conda_requirement(text, conda)
@@ -196,7 +196,7 @@ def _platform_closure(
         for dep in pkg.dependencies:
             if dep.startswith("__"):
                 continue  # virtual packages: the host's, never in a lock
-            found = find(dep, pip_name=node[0] == "pip")
+            found = find(dep, pip_name=pkg.pip)
             if found is None:
                 out.append(f"{pkg.shown} depends on {dep}, which the lock does not hold")
             else:
