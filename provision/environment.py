@@ -28,13 +28,10 @@ from provision.matrix.spec import NAME_RE, EnvSpec, GpuPolicy, resolve
 MANIFEST = "provision.json"
 RENDERED_LIMIT = 64 << 20  # a rendered file is a few KiB; a lock a few MB
 SCHEMA = 2
-# Each path's reviewed inputs and its lock, as its kind names them (matrix/kinds).
-LOCK_FILES: dict[str, str] = {n: k.lock_file for n, k in kinds.KINDS.items()}
-INPUT_FILES: dict[str, tuple[str, ...]] = {n: k.input_files for n, k in kinds.KINDS.items()}
 # The user's packages (userpackages): an input of every path, theirs to edit, never in the
 # manifest's hashes; render keeps it, as it keeps the lock.
 USER_FILE = userpackages.FILE
-KEPT_FILES = (*sorted(set(LOCK_FILES.values())), USER_FILE)
+KEPT_FILES = (*sorted({k.lock_file for k in kinds.KINDS.values()}), USER_FILE)
 # Folders other commands write into envs/NAME/ (registered here, so that render, which keeps them
 # as they are, names none of them): `provision fleet`'s playbook and variables.
 FLEET_DIR = "ansible"

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 META = environment.MANIFEST
 # Written by `provision lock` or the user's own (packages.in), never rendered: carried over when an
 # environment is re-rendered.
-LOCK_FILES = environment.KEPT_FILES
 # Written next to the rendered files by other commands, and kept as they are.
 KEPT_DIRS = environment.COMMAND_DIRS
 HEADER = "common/header.j2"
@@ -212,7 +211,7 @@ class _OnDisk:
         for path in sorted(folder.rglob("*")):
             rel = path.relative_to(folder).as_posix()
             kept = rel.split("/", 1)[0] in KEPT_DIRS
-            if path.is_file() and rel not in LOCK_FILES and not kept:
+            if path.is_file() and rel not in environment.KEPT_FILES and not kept:
                 try:
                     files[rel] = path.read_bytes()
                 except OSError as exc:
@@ -253,17 +252,13 @@ def run(
     packages: Sequence[str] = (),
 ) -> StepResult:
     """`provision render`: resolve the request (None: every release on every path that can serve
-    it, at its defaults), render everything in memory, then check or write. Done when a file was
-    written, skipped when every file was already as rendered, stale when --check finds one that is
-    not. packages: the user's (`--with`, `-r`), added to packages.in."""
+    it, at its defaults: the CLI refuses --all with anything else), render everything in memory,
+    then check or write. Done when a file was written, skipped when every file was already as
+    rendered, stale when --check finds one that is not. packages: the user's (`--with`, `-r`),
+    added to the requested environment's packages.in."""
     m = matrix_module.load()
     result = StepResult("render")
     if request is None:
-        if packages:
-            raise UsageError(
-                "--all renders every release at its defaults; drop --tf/--python/"
-                "--name/--gpu-memory/--gpus/--jupyter/--with, or render one release with --tf"
-            )
         specs = all_specs(m)
         for rel in m.finals:
             for kind in kinds.KINDS.values():
@@ -464,7 +459,7 @@ def _write_env(
             mode = 0o777 if text.startswith("#!") else 0o666
             with open(os.open(tmp / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
                 f.write(text.encode())
-        for lock in LOCK_FILES:
+        for lock in environment.KEPT_FILES:
             if (target / lock).is_file():
                 shutil.copy2(target / lock, tmp / lock)
         if user_text is not None:

@@ -40,7 +40,7 @@ from provision import matrix as matrix_module
 from provision import render as render_module
 from provision.cli.commands import cli
 from provision.errors import ProvisionError
-from provision.matrix import Matrix
+from provision.matrix import Matrix, kinds
 from provision.matrix.spec import EnvSpec, GpuPolicy, all_specs, expected, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,7 +245,7 @@ def test_envs_hold_only_what_a_user_reviews(
     """The lock inputs, hooks/runtime.env and the manifest: nothing that runs, nothing generated
     again from the package (smoke test, README, shell hooks live in provision, not in envs/)."""
     _, spec, files = rendered
-    reviewed = {*environment.INPUT_FILES[spec.path], environment.RUNTIME, render_module.META}
+    reviewed = {*spec.kind.input_files, environment.RUNTIME, render_module.META}
     assert set(files) == reviewed
     assert not any(text.startswith("#!") for text in files.values())
 
@@ -474,7 +474,7 @@ def test_jupyter_adds_ipykernel_and_is_in_the_regen_command(
     assert (code, err) == (0, "")
     name = f"tf2.16-{path}"
     regen = f"provision render --tf 2.16 --path {path} --jupyter"
-    for rel in environment.INPUT_FILES[path]:
+    for rel in kinds.of(path).input_files:
         text = (jupyter / name / rel).read_text()
         assert f"regenerate with: {regen}\n" in text, rel
         assert "--jupyter" not in (plain / name / rel).read_text(), rel
@@ -505,7 +505,7 @@ def test_jupyter_adds_ipykernel_and_is_in_the_regen_command(
     code, out, _ = invoke(
         "render", "--tf", "2.16", "--path", path, "--check", "--out", str(jupyter)
     )
-    assert code == 1 and f"stale: {jupyter}/{name}/{environment.INPUT_FILES[path][0]}" in out
+    assert code == 1 and f"stale: {jupyter}/{name}/{kinds.of(path).input_files[0]}" in out
 
 
 def test_jupyter_with_all_is_refused(fixture_matrix: Matrix, tmp_path: Path) -> None:
@@ -533,7 +533,7 @@ SH_BLOCK = re.compile(r"^```sh\n(.*?)^```$", re.S | re.M)
 
 
 def _export_files(spec: EnvSpec, files: dict[str, str]) -> set[str]:
-    names = {*files, environment.LOCK_FILES[spec.path], *EXPORT_EXTRAS}
+    names = {*files, spec.kind.lock_file, *EXPORT_EXTRAS}
     return names | ({"install-system.sh"} if spec.path == "system" else set())
 
 
@@ -547,7 +547,7 @@ def test_export_readme_mentions_only_files_the_export_has(
     mentioned = set(FILE_MENTION.findall(readme)) - set(CREATED.findall(readme))
     assert mentioned - _export_files(spec, files) == set()
     # The by-hand part uses what the export carries: the lock, the hooks, the smoke test.
-    assert {environment.LOCK_FILES[spec.path], "smoke-test.pyz", environment.RUNTIME} <= mentioned
+    assert {spec.kind.lock_file, "smoke-test.pyz", environment.RUNTIME} <= mentioned
     assert {"hooks/activate.sh", "hooks/deactivate.sh", "hooks/provision_env_hook.py"} <= mentioned
 
 
@@ -611,7 +611,7 @@ def test_exported_copy_has_every_file_its_readme_names(
         == 0
     )
     name = f"tf2.16-{path}"
-    (envs / name / environment.LOCK_FILES[path]).write_text("# a lock\n")
+    (envs / name / kinds.of(path).lock_file).write_text("# a lock\n")
     dest = tmp_path / "copy"
     code, _, err = invoke("export", name, str(dest), "--out", str(envs))
     assert (code, err) == (0, ""), err

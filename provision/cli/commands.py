@@ -159,7 +159,8 @@ def render_cmd(
 
     if all_ == bool(tf):
         raise click.UsageError("give either --tf X.Y or --all")
-    if all_ and (python or name or gpu_memory or gpus or jupyter):
+    packages = packages_given(with_, requirement_files)
+    if all_ and (python or name or gpu_memory or gpus or jupyter or packages):
         raise UsageError(
             "--all renders every release at its defaults; drop --tf/--python/"
             "--name/--gpu-memory/--gpus/--jupyter/--with, or render one release with --tf"
@@ -167,10 +168,7 @@ def render_cmd(
     request = None if all_ else EnvRequest(
         str(tf), path, python, name, GpuPolicy(gpu_memory, gpus), jupyter, pre
     )  # fmt: skip
-    result = render.run(
-        out=out, request=request, check=check, force=force,
-        packages=packages_given(with_, requirement_files),
-    )  # fmt: skip
+    result = render.run(out=out, request=request, check=check, force=force, packages=packages)
     for line in result.lines:
         click.echo(line)
     if not result.ok:

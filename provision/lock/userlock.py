@@ -29,7 +29,6 @@ from provision.lock.requirements import exact_pins, pins, requirement_lines
 DECLARED_TAG = "# provision-declared: "
 # The line of a pip lock whose NVIDIA libraries moved for another framework.
 CUDA_TAG = "# provision-cuda-libraries: "
-LOCK_LIMIT = 64 << 20  # a lock is a few MB
 ALL: tuple[str, ...] = ()  # upgrade=ALL: every one of the user's packages
 
 
@@ -347,7 +346,7 @@ def locked_libraries(env: environment.EnvDir) -> dict[str, str]:
     NVIDIA libraries moved within the release's and-cuda ranges for another framework (its
     CUDA_TAG line); empty for any other lock, and for one that cannot be read."""
     try:
-        text = diskread.read_text(env.lock, LOCK_LIMIT)
+        text = diskread.read_text(env.lock, environment.RENDERED_LIMIT)
     except (OSError, diskread.Unreadable):
         return {}
     if CUDA_TAG not in text:
