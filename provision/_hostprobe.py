@@ -114,21 +114,49 @@ def _gpu(pynvml: ModuleType, index: int) -> ProbedGpu:
 
 
 def versions(items: list[list[str]]) -> dict[str, Version]:
-    out: dict[str, Version] = {}
-    for kind, path in items:
+    """What each library says it is, each asked in a process of its own (forked): cuDNN's
+    libcudnn.so.N answers cudnnGetVersion from a sub-library it loads by soname, so a second cuDNN
+    asked in the same process answers with the first one's sub-library (9.14 for a wheel's 9.3),
+    and a shim whose sub-library does not load exits the process that asked it."""
+    return {path: _forked(kind, path) for kind, path in items}
+
+
+def _forked(kind: str, path: str) -> Version:
+    import os
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: load, ask, answer on the pipe, and go (no cleanup of the parent's)
+        os.close(read)
         try:
-            lib = ctypes.CDLL(path)
-            if kind == "cudnn":
-                fn = lib.cudnnGetVersion
-                fn.restype = ctypes.c_size_t
-                out[path] = {"value": int(fn())}
-            else:
-                value = ctypes.c_int(0)
-                rc = lib.cudaRuntimeGetVersion(ctypes.byref(value))
-                out[path] = {"value": value.value} if rc == 0 else {"error": f"returned {rc}"}
-        except (OSError, AttributeError) as exc:
-            out[path] = {"error": str(exc).splitlines()[0][:200]}
-    return out
+            os.write(write, json.dumps(_ask(kind, path)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    try:
+        answer: Version = json.loads(data)
+    except ValueError:  # nothing, or half an answer
+        code = os.waitstatus_to_exitcode(status)
+        how = f"signal {-code}" if code < 0 else f"exit {code}"
+        return {"error": f"the process that loaded it ended ({how}) before answering"}
+    return answer
+
+
+def _ask(kind: str, path: str) -> Version:
+    try:
+        lib = ctypes.CDLL(path)
+        if kind == "cudnn":
+            fn = lib.cudnnGetVersion
+            fn.restype = ctypes.c_size_t
+            return {"value": int(fn())}
+        value = ctypes.c_int(0)
+        rc = lib.cudaRuntimeGetVersion(ctypes.byref(value))
+        return {"value": value.value} if rc == 0 else {"error": f"returned {rc}"}
+    except (OSError, AttributeError) as exc:
+        return {"error": str(exc).splitlines()[0][:200]}
 
 
 def main(argv: list[str]) -> int:

@@ -62,16 +62,17 @@ def compiler() -> str:
     return cc
 
 
-def build_so(cache: Path, soname: str, source: str) -> Path:
-    """A real shared object with this SONAME, compiled once per (SONAME, source)."""
-    key = hashlib.sha256(f"{soname}\0{source}".encode()).hexdigest()[:16]
+def build_so(cache: Path, soname: str, source: str, flags: Sequence[str] = ()) -> Path:
+    """A real shared object with this SONAME, compiled once per (SONAME, source, flags)."""
+    key = hashlib.sha256(f"{soname}\0{source}\0{' '.join(flags)}".encode()).hexdigest()[:16]
     out = cache / f"{key}-{soname}"
     if not out.exists():
         src = cache / f"{key}.c"
         src.write_text(source)
         tmp = out.with_suffix(".tmp")
+        command = [compiler(), "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}", "-o", tmp, src]
         subprocess.run(
-            [compiler(), "-shared", "-fPIC", "-O1", f"-Wl,-soname,{soname}", "-o", tmp, src],
+            [*command, *flags],
             check=True,
             capture_output=True,
         )
@@ -86,6 +87,27 @@ def cudnn_source(version: str) -> str:
         major * 10000 + minor * 100 + patch if major >= 9 else major * 1000 + minor * 100 + patch
     )
     return f"#include <stddef.h>\nsize_t cudnnGetVersion(void) {{ return {value}; }}\n"
+
+
+def cudnn_sub_library(major: str) -> str:
+    """The sub-library cuDNN's libcudnn.so.N forwards cudnnGetVersion to (and the rest)."""
+    return f"libcudnn_graph.so.{major}" if int(major) >= 9 else f"libcudnn_ops_infer.so.{major}"
+
+
+def cudnn_shim_source(major: str) -> str:
+    """libcudnn.so.N as NVIDIA ships it since cuDNN 8: a shim (RUNPATH $ORIGIN) that loads its
+    sub-library by soname and answers from it; when that does not load, it aborts the process."""
+    sub = cudnn_sub_library(major)
+    return f"""#include <dlfcn.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+size_t cudnnGetVersion(void) {{
+    void *sub = dlopen("{sub}", RTLD_NOW);
+    if (!sub) {{ fprintf(stderr, "Unable to load any of {{{sub}}}\\n"); abort(); }}
+    return ((size_t (*)(void))dlsym(sub, "cudnnGetVersion"))();
+}}
+"""
 
 
 def cudart_source(version: str) -> str:
@@ -217,9 +239,10 @@ class FakeHost:
         path.symlink_to(target)
 
     def install_so(
-        self, folder: str, file_name: str, soname: str, source: str, links: Sequence[str] = ()
-    ) -> str:
-        built = build_so(self.cache, soname, source)
+        self, folder: str, file_name: str, soname: str, source: str, links: Sequence[str] = (),
+        flags: Sequence[str] = (),
+    ) -> str:  # fmt: skip
+        built = build_so(self.cache, soname, source, flags)
         dest = self.at(f"{folder}/{file_name}")
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built, dest)
@@ -343,14 +366,25 @@ class FakeHost:
     def cudnn(
         self, folder: str, version: str, *, full_name: bool = True, header: bool = False
     ) -> str:
+        """libcudnn.so.N (the shim) and the sub-library that answers for it, in `folder`."""
         major = version.split(".")[0]
+        sub = cudnn_sub_library(major)
+        stem = sub.split(".so.")[0]
+        self.install_so(
+            folder,
+            f"{stem}.so.{version}" if full_name else sub,
+            sub,
+            cudnn_source(version),
+            [sub],
+        )
         name = f"libcudnn.so.{version}" if full_name else f"libcudnn.so.{major}"
         path = self.install_so(
             folder,
             name,
             f"libcudnn.so.{major}",
-            cudnn_source(version),
+            cudnn_shim_source(major),
             [f"libcudnn.so.{major}", "libcudnn.so"],
+            flags=["-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags", "-ldl"],
         )
         if header:
             parts = [*version.split("."), "0", "0"][:3]

@@ -422,12 +422,47 @@ def test_pip_environment_with_nvidia_wheels_runs(make: Callable[..., FakeHost]) 
         for lib in report["host"]["libraries"]
         if lib["env"] == "~/venvs/tf" and lib["kind"] == "cudnn"
     ]
-    assert [(lib["version_from"], lib["built_for"]) for lib in wheel_cudnn] == [
-        ("cudnnGetVersion", str(cuda.major))
+    # The wheel's own cuDNN, though the system's (9.14, asked first) has a sub-library of the
+    # same soname: each library is asked in a process of its own.
+    wheel = ".".join(cudnn.full.split(".")[:3])
+    assert [(lib["version"], lib["version_from"], lib["built_for"]) for lib in wheel_cudnn] == [
+        (wheel, "cudnnGetVersion", str(cuda.major))
     ]
+    system_cudnn = [lib["version"] for lib in report["host"]["libraries"]
+                    if not lib["env"] and lib["kind"] == "cudnn"]  # fmt: skip
+    assert system_cudnn == ["9.14.0"] != [wheel]
     assert (
         verdicts(report, rel.tf)["system"]["status"] == "fix"
     )  # the system still has CUDA 13 only
+
+
+def test_a_cudnn_whose_sub_library_does_not_load_costs_only_its_own_answer(
+    make: Callable[..., FakeHost],
+) -> None:
+    """A wheel's libcudnn.so.9 without its libcudnn_graph.so.9 aborts the process that asks it
+    (as NVIDIA's does): its version comes from elsewhere, and every other library still answers."""
+    rel = releases(
+        lambda r: cuda_of(r).major == 12 and bool(r.pip_wheels or r.and_cuda), "with CUDA 12 wheels"
+    )[-1]
+    h = make(fakehost.h200)
+    python = rel.python[-1]
+    site = h.venv("~/venvs/tf", python, tensorflow=rel.pin)
+    cuda, cudnn = M.cuda_of(rel), M.cudnn_of(rel)
+    wheel = ".".join(cudnn.full.split(".")[:3])
+    h.pip_wheels(site, f"{cuda.version}.82", wheel)
+    sub = fakehost.cudnn_sub_library("9")
+    for folder in (f"{site}/nvidia/cudnn/lib", fakehost.MULTIARCH):  # nowhere to be found
+        for f in h.at(folder).glob(sub.split(".so")[0] + ".so*"):
+            f.unlink()
+    code, report = h.doctor_json("--tf", rel.tf, PROVISION_NO_NVML="1")
+    found = {(lib["env"], lib["kind"]): lib for lib in report["host"]["libraries"]}
+    mine, system = found[("~/venvs/tf", "cudnn")], found[("", "cudnn")]
+    # not the system's header, which describes the system's cuDNN
+    assert (mine["version"], mine["version_from"]) == (wheel, "package metadata"), mine
+    assert system["version_from"] != "cudnnGetVersion", system
+    runtime = found[("~/venvs/tf", "cudart")]  # asked after them, in the same child
+    assert runtime["version_from"].startswith("cudaRuntimeGetVersion"), runtime
+    assert code == 0
 
 
 def test_libraries_and_ptxas_newer_than_the_driver(make: Callable[..., FakeHost]) -> None:

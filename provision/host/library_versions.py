@@ -82,7 +82,7 @@ def identify(ctx: Context, files: Sequence[FoundLibrary]) -> dict[Path, Identifi
                 (cudalibs.cudnn_version(asked) if asked else "", "cudnnGetVersion"),
                 (from_name, "file name"),
             ]
-            choices.append((_cudnn_header(ctx, real), "cudnn_version.h"))
+            choices.append((_cudnn_header(ctx, real, system=not f.env), "cudnn_version.h"))
         else:
             choices.append((from_name, "file name"))
             said = cudalibs.cudart_version(asked) if asked and f.kind == "cudart" else ""
@@ -124,10 +124,13 @@ def _ask_libraries(ctx: Context, files: Sequence[FoundLibrary]) -> dict[Path, in
     return {Path(p): int(a["value"]) for p, a in answers.items() if "value" in a}
 
 
-def _cudnn_header(ctx: Context, lib: Path) -> str:
+def _cudnn_header(ctx: Context, lib: Path, *, system: bool) -> str:
+    """The version in the cudnn_version.h beside `lib` (its ../include), or for a library of the
+    system's, in /usr/include: an environment's cuDNN is not described by the system's header."""
     candidates = [lib.parent.parent / "include" / "cudnn_version.h"]
-    candidates += glob(ctx.at("/usr/include"), "cudnn_version*.h")
-    candidates += glob(ctx.at("/usr/include"), "*/cudnn_version*.h")
+    if system:
+        candidates += glob(ctx.at("/usr/include"), "cudnn_version*.h")
+        candidates += glob(ctx.at("/usr/include"), "*/cudnn_version*.h")
     major = re.match(r"libcudnn\.so\.(\d+)", lib.name)
     for header in candidates:
         version = cudalibs.cudnn_header_version(cudalibs.header_defines(read_text(header)))
