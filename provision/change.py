@@ -1,11 +1,11 @@
 """`provision add NAME SPEC…` and `provision drop NAME PKG…`: change the user's packages later.
 
 Each edits packages.in (the user's file: their other lines and comments stay), re-locks with the
-smallest change (userlock: every other pin stays unless the change needs it to move; the conda
-path re-locks with conda-lock), says what moved, then brings a built environment along in place
-(install/sync: only the difference, hashes or checksums checked, on every path) and verifies it
-again. When anything fails, packages.in, the lock and the prefix are put
-back as they were, and the failure is said in one line (a conflict in a few).
+smallest change (every other pin stays unless the change needs it to move: userlock on the
+pip path, condalock's previous choices on the conda path), says what moved, then brings a built
+environment along in place (install/sync: only the difference, hashes or checksums checked, on
+every path) and verifies it again. When anything fails, packages.in, the lock and the prefix are
+put back as they were, and the failure is said in one line (a conflict in a few).
 """
 
 from __future__ import annotations

@@ -125,3 +125,96 @@ def test_add_and_drop_sync_a_conda_prefix_in_place_and_a_failure_puts_it_back(
     assert (out / NAME / "conda-lock.yml").read_text() != lock_text
     code, text = run_cli("check", NAME)
     assert DEMO not in text and TINY not in text, text
+
+
+LIB, APP, OTHER, NEEDS2 = (f"provision-conda-{n}" for n in ("lib", "app", "other", "needs2"))
+
+
+def moving_channel(root: Path, stage: int) -> lc.Channel:
+    """The user's channel: an app on a library; then (stage 1) a newer library and a package that
+    needs it; then (stage 2) a newer `other`, as conda-forge moves on between locks."""
+    pkgs = [
+        lc.Package(LIB, "1.0", subdir="noarch"),
+        lc.Package(APP, "1.0", subdir="noarch", depends=(LIB,)),
+        lc.Package(OTHER, "1.0", subdir="noarch"),
+    ]
+    if stage >= 1:
+        pkgs += [
+            lc.Package(LIB, "2.0", subdir="noarch"),
+            lc.Package(NEEDS2, "1.0", subdir="noarch", depends=(f"{LIB} >=2",)),
+        ]
+    if stage >= 2:
+        pkgs.append(lc.Package(OTHER, "1.1", subdir="noarch"))
+    return lc.build_channel(root, pkgs)
+
+
+def locked_conda(lock: Path) -> dict[str, str]:
+    data = yaml.safe_load(lock.read_text())
+    return {p["name"]: p["version"] for p in data["package"] if p["manager"] == "conda"}
+
+
+@pytest.mark.slow
+def test_a_conda_relock_keeps_the_previous_choices_and_moves_only_what_a_change_needs(
+    real_conda_channel: tuple[EnvSpec, lc.Channel], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from provision import tools
+
+    if not tools.solver("auto").endswith("provision-conda"):
+        pytest.skip("a host conda is on PATH: add re-locks with it, and it solves afresh")
+    spec, channel = real_conda_channel
+    mine = moving_channel(tmp_path / "mine", 0)
+    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "envs"
+    code, text = run_cli(
+        "render", "--tf", spec.release.tf, "--path", "conda", "--python", spec.python,
+        "--name", NAME, "--out", str(out), "--with", APP,
+    )  # fmt: skip
+    assert code == 0, text
+    env_file = out / NAME / "environment.yml"
+    data = yaml.safe_load(env_file.read_text())
+    data["channels"] = [channel.url, mine.url]
+    data["dependencies"] = [d for d in data["dependencies"] if not isinstance(d, dict)]
+    env_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    lock = out / NAME / "conda-lock.yml"
+    code, text = run_cli("lock", NAME, "--out", str(out), "--solver", "builtin")
+    assert code == 0, text
+    first = locked_conda(lock)
+    assert first[LIB] == "1.0" and first[APP] == "1.0"
+
+    # The channel moves on: a plain re-lock keeps every choice, byte for byte.
+    moving_channel(tmp_path / "mine", 1)
+    before = lock.read_bytes()
+    code, text = run_cli("lock", NAME, "--out", str(out), "--solver", "builtin")
+    assert code == 0, text
+    assert lock.read_bytes() == before
+
+    # Adding a package that needs nothing new moves nothing else.
+    code, text = run_cli("add", NAME, OTHER, "--out", str(out), "--no-verify")
+    assert code == 0, text
+    assert f"+ {OTHER} 1.0" in text and LIB not in text, text
+    assert locked_conda(lock) == {**first, OTHER: "1.0"}
+
+    # One that needs the newer library moves it, and only it.
+    code, text = run_cli("add", NAME, NEEDS2, "--out", str(out), "--no-verify")
+    assert code == 0, text
+    assert f"{LIB} 1.0 -> 2.0" in text and f"+ {NEEDS2} 1.0" in text, text
+    assert locked_conda(lock) == {**first, OTHER: "1.0", NEEDS2: "1.0", LIB: "2.0"}
+    code, text = run_cli("drop", NAME, NEEDS2, "--out", str(out), "--no-verify")
+    assert code == 0, text
+    assert locked_conda(lock)[LIB] == "2.0"  # kept: still allowed, and the smallest change
+
+    # `other` moves on; a re-lock keeps it, --upgrade-package moves it and nothing else.
+    moving_channel(tmp_path / "mine", 2)
+    code, text = run_cli("lock", NAME, "--out", str(out), "--solver", "builtin")
+    assert code == 0, text
+    assert locked_conda(lock)[OTHER] == "1.0"
+    code, text = run_cli(
+        "lock", NAME, "--out", str(out), "--solver", "builtin", "--upgrade-package", OTHER
+    )
+    assert code == 0, text
+    assert locked_conda(lock) == {**first, OTHER: "1.1", LIB: "2.0"}
+    # ... and names a package of the user's: TensorFlow's own dependencies are refused.
+    code, text = run_cli("lock", NAME, "--out", str(out), "--upgrade-package", "python")
+    assert code == 2 and "not one of your conda packages" in text, text

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 @click.option(
     "--upgrade",
     is_flag=True,
-    help="Resolve every package of packages.in as of now (TensorFlow's stay as of it).",
+    help="Move every package of packages.in to now (TensorFlow's own stay).",
 )
 @click.option(
     "--upgrade-package",
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     multiple=True,
     metavar="PKG",
     callback=nonblank,
-    help="Resolve this package of packages.in as of now (repeatable).",
+    help="Move this package of packages.in, and what only it needs, to now (repeatable).",
 )
 @click.option(
     "--cache-dir", type=SafePath(path_type=Path, file_okay=False),

@@ -74,6 +74,15 @@ class LockedPackage:
         return urllib.parse.unquote(self.url.rsplit("/", 1)[-1])
 
     @property
+    def build_string(self) -> str | None:
+        """A conda package's build: recorded, else its file's (NAME-VERSION-BUILD.conda)."""
+        if self.build or self.pip:
+            return self.build
+        stem = self.file_name.removesuffix(".tar.bz2").removesuffix(".conda")
+        head = f"{self.name}-{self.version}-"
+        return stem[len(head) :] if stem.startswith(head) and len(stem) > len(head) else None
+
+    @property
     def glibc_floor(self) -> tuple[int, int] | None:
         """The oldest glibc it runs on, from its `__glibc >=X.Y` dependency; None without one."""
         m = re.match(r">=\s*(\d+)\.(\d+)", self.dependencies.get("__glibc", ""))

@@ -4,8 +4,10 @@ The real conda-lock writes the lock from environment.yml's conda part, with the 
 of virtual-packages.yml passed explicitly, against the environment's channels or `--channel`
 replacements, solved by conda, mamba, micromamba or provision's own conda-compatible front end
 over py-rattler (provision.solver); a local, empty PyPI->conda name mapping keeps it from
-downloading one. The pip section is resolved by uv and added to the lock (condapip). The CUDA
-packages in the lock are then compared with the matrix row; a lock that disagrees is an error.
+downloading one. provision-conda starts from the previous lock (solver.prefer): its conda
+packages stay where the inputs allow. The pip section is resolved by uv and added to the lock
+(condapip). The CUDA packages in the lock are then compared with the matrix row; a lock that
+disagrees is an error.
 """
 
 from __future__ import annotations
@@ -16,22 +18,29 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from provision import _children, _proc, caches, tools
+from provision import _children, _proc, caches, diskread, environment, tools
 from provision.errors import LockError, UsageError
-from provision.fileio import dump_yaml, load_yaml
-from provision.lock import condafile
+from provision.fileio import dump_yaml, load_yaml, sha256_text
+from provision.lock import condafile, lockfile
 from provision.lock.condapip import add_pip_part
 from provision.lock.lockinputs import LockTarget, env_channels
+from provision.lock.requirements import reach
 from provision.matrix import spec
+from provision.userpackages import FILE as USER_FILE
+from provision.userpackages import canonical
 
 CONDA_LOCK_TIMEOUT_S = 1800
 
 
 def lock(
     target: LockTarget, platforms: Sequence[str], channels: Sequence[str], solver: str,
-    cache_dir: Path | None,
+    cache_dir: Path | None, upgrade: Sequence[str] | None = None,
 ) -> tuple[str, str, str]:  # fmt: skip
-    """(the lock's body, the solver's name, the as-of header line of its pip section or '')."""
+    """(the lock's body, the solver's name, the as-of header line of its pip section or '').
+    The previous lock's conda packages are kept where the inputs allow (provision-conda only),
+    but for upgrade: () the user's packages and what only they need, or those named."""
+    from provision.solver import prefer
+
     conda = tools.solver(solver)
     _check_reachable(target, platforms, channels)
     with _children.workdir() as tmp:
@@ -52,6 +61,10 @@ def lock(
         if cache_dir is not None:
             # conda-lock's and provision-conda's caches both follow XDG_CACHE_HOME.
             env["XDG_CACHE_HOME"] = str(cache_dir.absolute())
+        choices = previous_choices(target, upgrade)
+        if choices:
+            prefer.write(tmp / "prefer.json", choices)
+            env[prefer.PREFER_ENV] = str(tmp / "prefer.json")
         argv = conda_lock_argv(conda, source, lockfile, virtual, lookup, platforms, channels)
         done = _proc.run(argv, cwd=tmp, env=env, timeout=CONDA_LOCK_TIMEOUT_S, check=False)
         if not done or not lockfile.is_file():
@@ -70,6 +83,46 @@ def lock(
             + "; ".join(wrong)
         )
     return body, Path(conda).name, note
+
+
+def previous_choices(
+    target: LockTarget, upgrade: Sequence[str] | None
+) -> dict[str, dict[str, tuple[str, str]]]:
+    """subdir -> name -> (version, build): the conda packages of the lock as it is, less those
+    `upgrade` frees. A missing, unreadable or edited lock gives nothing to start from."""
+    text = diskread.text_or_none(target.lock_path, environment.RENDERED_LIMIT)
+    if text is None:
+        return {}
+    recorded = lockfile.read_lock(text)
+    if recorded.body_digest != sha256_text(recorded.body):
+        return {}
+    try:
+        packages = [p for p in condafile.parse(recorded.body, "the lock").packages if not p.pip]
+    except LockError:
+        return {}
+    freed: set[str] = set()
+    if upgrade is not None:
+        yours = {p.name for p in target.packages if not p.pypi}
+        named = {canonical(n) for n in upgrade} or yours
+        unknown = sorted(named - yours)
+        if unknown:
+            raise UsageError(
+                f"--upgrade {', '.join(unknown)}: not one of your conda packages in "
+                f"{target.name}/{USER_FILE} (yours: {', '.join(sorted(yours)) or 'none'}); "
+                "TensorFlow's own dependencies move with the release"
+            )
+        edges: dict[str, set[str]] = {}
+        for p in packages:
+            edges.setdefault(p.name, set()).update(p.dependencies)
+        roots = sorted(p.name for p in packages if canonical(p.name) in named)
+        rendered = reach(_names(str(d) for d in _rendered(target)[1]), edges)
+        freed = reach(roots, edges) - rendered | set(roots)
+    choices: dict[str, dict[str, tuple[str, str]]] = {}
+    for p in packages:
+        build = p.build_string
+        if p.name not in freed and build is not None:
+            choices.setdefault(p.platform, {})[p.name] = (p.version, build)
+    return choices
 
 
 def check_virtual_platforms(target: LockTarget, platforms: Sequence[str]) -> None:
@@ -107,18 +160,25 @@ def conda_lock_argv(
     return argv
 
 
-def _split_environment(target: LockTarget, tmp: Path) -> tuple[Path, list[str]]:
-    """environment.yml without its pip section (for conda-lock), and that section's requirements."""
+def _rendered(target: LockTarget) -> tuple[dict[str, object], list[object], list[str]]:
+    """environment.yml as rendered: the document, its conda dependencies, its pip section."""
     data = load_yaml(target.root / "environment.yml") or {}
     if not isinstance(data, dict):
         where = target.root / "environment.yml"
         raise LockError(f"{where} is not a mapping; render the environment again")
-    deps, pip_reqs = [], []
+    deps: list[object] = []
+    pip_reqs: list[str] = []
     for dep in data.get("dependencies") or []:
         if isinstance(dep, dict) and "pip" in dep:
             pip_reqs += [str(r) for r in dep["pip"] or []]
         else:
             deps.append(dep)
+    return data, deps, pip_reqs
+
+
+def _split_environment(target: LockTarget, tmp: Path) -> tuple[Path, list[str]]:
+    """environment.yml without its pip section (for conda-lock), and that section's requirements."""
+    data, deps, pip_reqs = _rendered(target)
     # The user's packages (packages.in): conda-forge ones beside the rendered, `pypi:` ones with
     # the pip section.
     deps += [p.spec for p in target.packages if not p.pypi]

@@ -57,8 +57,6 @@ def run(
             f"--upgrade: {name} has no packages of yours ({name}/packages.in); TensorFlow's own "
             "dependencies move with the release (provision render --tf X.Y)"
         )
-    if upgrade is not None and target.spec.kind.conda_env:
-        raise UsageError("--upgrade applies to pip and system path locks")
     data = lockfile.inputs(target, plats, channels)
     rel = f"{env.root.parent.name}/{name}/{target.lock_path.name}"
     regen = lockfile.regen_command(target, plats, channels)
@@ -71,7 +69,7 @@ def run(
     started = time.monotonic()
     if target.spec.kind.conda_env:
         condalock.check_virtual_platforms(target, plats)
-        body, used, note = condalock.lock(target, plats, channels, solver, cache_dir)
+        body, used, note = condalock.lock(target, plats, channels, solver, cache_dir, upgrade)
     else:
         if target.packages:
             body, note = userlock.lock(target, plats[0], cache_dir, upgrade)

@@ -27,6 +27,7 @@ from provision.solver.config import (
     target_subdir,
 )
 from provision.solver.install import install_explicit, install_records
+from provision.solver.prefer import read as preferred
 from provision.solver.solve import FetchEntry, LinkEntry, fetch_entry, link_entry, solve
 from provision.solver.virtual import virtual_packages
 
@@ -96,6 +97,9 @@ def cmd_create(opts: CreateOptions) -> int:
     # allows; what was asked for moves to the newest version its spec allows.
     specs += [e["name"] for e in current if e["name"] not in asked]
     keep = {e["name"]: (e["version"], e["build_string"]) for e in current if e["name"] not in asked}
+    if not opts.update:
+        # A lock's solve: what the previous lock chose stays where the specs allow (prefer).
+        keep = preferred(subdir)
     records = solve(specs, opts.channels, subdir, keep=keep)
     records = [r for r in records if not r.name.normalized.startswith("__")]
     kept = {(e["name"], e["version"], e["build_string"]) for e in current}
