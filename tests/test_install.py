@@ -189,6 +189,43 @@ def test_failed_rebuild_puts_the_working_environment_back(index: Index, env: Env
     assert not list(env.prefix.parent.glob("*.provision-old"))
 
 
+def test_a_sync_takes_uv_s_cache_first_and_the_index_for_what_it_lacks(
+    index: Index, tmp_path: Path
+) -> None:
+    """add/drop install the difference offline_first: from uv's cache alone when it holds every
+    file (no request to revalidate the pages the lock has just read), else from the index, the
+    failed cache-only attempt unseen."""
+    from provision.install import installers
+    from provision.progress import Event
+
+    part = tmp_path / "difference.lock"
+    part.write_text(index.add("1.0"), encoding="utf-8")
+    venv = tmp_path / "venv"
+    subprocess.run([tools.uv(), "venv", "--python", sys.executable, str(venv)],
+                   check=True, capture_output=True)  # fmt: skip
+    python = venv / "bin" / "python"
+    uninstall = [tools.uv(), "pip", "uninstall", "--python", str(python), "provision-tiny"]
+
+    def install(events: list[Event]) -> None:
+        argv = installers.uv_install_argv(tools.uv(), python, part)
+        installers.run_step("uv pip install", argv, venv, report=events.append, offline_first=True)
+        assert (site_packages(venv) / "provision_tiny" / "__init__.py").is_file()
+
+    said: list[Event] = []
+    install(said)  # not cached yet: from the index
+    assert index.requested.is_set()
+    assert not [e for e in said if "offline" in e.text.lower() or "error" in e.text.lower()], said
+    subprocess.run(uninstall, check=True, capture_output=True)
+    # Cached now: installed with the index down (an online run fails to revalidate its page).
+    index.mode = "down"
+    install([])
+    subprocess.run(uninstall, check=True, capture_output=True)
+    with pytest.raises(InstallError):
+        installers.run_step(
+            "uv pip install", installers.uv_install_argv(tools.uv(), python, part), venv
+        )
+
+
 def test_install_killed_midway_is_completed_by_running_it_again(index: Index, env: Env) -> None:
     env.lock(index.add("1.0"))
     index.mode = "stall"

@@ -68,7 +68,7 @@ class Index:
 
     root: Path
     url: str = ""
-    mode: str = "ok"  # ok | fail (HTTP 500) | stall (until `release` is set)
+    mode: str = "ok"  # ok | fail (a download: HTTP 500) | stall (until `release` is set) | down
     requested: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -98,7 +98,9 @@ def _handler(index: Index) -> type[http.server.BaseHTTPRequestHandler]:
                 self.end_headers()
 
         def do_GET(self) -> None:
-            if self.path.rstrip("/") == f"/simple/{TINY}":
+            if index.mode == "down":  # every request, the index pages too
+                self._send(503, b"index down\n", "text/plain")
+            elif self.path.rstrip("/") == f"/simple/{TINY}":
                 wheels = sorted([*index.root.glob("*.whl"), *index.root.glob("*.tar.gz")])
                 sums = [hashlib.sha256(w.read_bytes()).hexdigest() for w in wheels]
                 links = "".join(

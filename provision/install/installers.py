@@ -124,10 +124,13 @@ def run_step(
     env: Mapping[str, str] | None = None,
     lock_fd: int | None = None,
     report: Report = nothing,
+    offline_first: bool = False,
 ) -> None:
     """One installer run. It holds the prefix's build lock too (lock_fd), and dies with provision,
     so no installer can go on writing into the prefix once a re-run may rebuild it. What it
-    prints is reported as it comes (downloads, sizes, rates)."""
+    prints is reported as it comes (downloads, sizes, rates). offline_first (uv, exact pins with
+    hashes): from uv's cache alone first, which skips a request per package to revalidate index
+    pages the lock has just read; anything not cached there and it runs online."""
     keep = () if lock_fd is None else (lock_fd,)
     report(Event("info", what))
     lines = InstallerLines(report)
@@ -135,6 +138,17 @@ def run_step(
         # pip's network settings (its extra indexes too: the lock's hashes decide), the caches
         cache_vars = caches.tool_env()
         everything = {**tools.child_env(cache_vars, extra_index=True), **(env or {})}
+        if offline_first:
+            said: list[tuple[str, bool]] = []
+            cached = _proc.stream(
+                [*argv, "--offline"], lambda line, err: said.append((line, err)),
+                timeout=INSTALL_TIMEOUT, env=everything, keep_fds=keep,
+            )  # fmt: skip
+            if cached:
+                for line, err in said:
+                    lines(line, err)
+                lines.close()
+                return
         done = _proc.stream(argv, lines, timeout=INSTALL_TIMEOUT, env=everything, keep_fds=keep)
         lines.close()
     except ToolMissing:

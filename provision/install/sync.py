@@ -128,7 +128,7 @@ def _pip(prefix: Path, old: Sequence[Pin], new: Sequence[Pin], report: Report, *
             part.write_text(wanted, encoding="utf-8")
             argv = installers.uv_install_argv(uv, interpreter(prefix), part)
             what = f"uv pip install ({wanted.count('==')} changed, hashes checked)"
-            installers.run_step(what, argv, prefix, report=report)
+            installers.run_step(what, argv, prefix, report=report, offline_first=True)
     if gone and uninstall:
         argv = [uv, "pip", "uninstall", "--python", str(interpreter(prefix)), *gone]
         installers.run_step(f"uv pip uninstall {' '.join(gone)}", argv, prefix, report=report)

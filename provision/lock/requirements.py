@@ -8,6 +8,7 @@ not, and the conda path reads the pip section of environment.yml.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -128,6 +129,13 @@ def parse_lock(text: str, first_line: int = 1) -> list[Pin]:
 
     ValueError, naming the line (text's first is `first_line`), for a requirement that is not
     one or is not pinned exactly."""
+    return list(_parsed(text, first_line))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(text: str, first_line: int) -> tuple[Pin, ...]:
+    """parse_lock's work, kept for the same text: one command reads its lock several times (the
+    lock, its check, the sync, what moved), and each read parses every requirement again."""
     lines = text.splitlines()
     out: list[Pin] = []
     i = 0
@@ -162,7 +170,7 @@ def parse_lock(text: str, first_line: int = 1) -> list[Pin]:
             raise ValueError(f"line {start}: {text_req!r} is not pinned with ==")
         marker = str(req.marker) if req.marker is not None else ""
         out.append(Pin(norm(req.name), version, hashes, tuple(via), start, marker))
-    return out
+    return tuple(out)
 
 
 def _via_name(note: str) -> str:

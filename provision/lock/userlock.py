@@ -205,8 +205,9 @@ def _from_cache(
     uv revalidates every index page older than the index's max-age, a request a package: a change
     to a lock of 60 pins cost 60. A pin uv keeps from the previous lock needs no fresh page; one
     the change adds, moves or upgrades does: so the cached resolution runs, the pages of what it
-    decided are read again (a request each, together), and it runs again until it decides nothing
-    on a page not read just now (four rounds at most). Offline, uv passes over a release whose
+    decided are read again (a request each, together, no dependencies followed), and it runs
+    again until it decides nothing on a page not read just now (four rounds at most), unless
+    those pages offer nothing newer than what it decided. Offline, uv passes over a release whose
     metadata it has not cached (its log says so): those are fetched and the round repeats. A
     package never seen before: its line is resolved alone online first."""
     output = Path(offline[offline.index("--output-file") + 1])
@@ -238,8 +239,11 @@ def _from_cache(
         )
         if not unread:
             return True
-        if read_fresh(unread, False) is None:
+        newest = read_fresh(unread, False)
+        if newest is None:
             break
+        if all(newest.get(n) == after[n] for n in unread):
+            return True  # the fresh pages hold nothing newer than what was decided: it stands
         read.update(unread)
     output.write_text(seed, encoding="utf-8")
     return False
