@@ -93,7 +93,7 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
     old_lock = diskread.text_or_none(env.lock, environment.RENDERED_LIMIT)
     prefix = _built_prefix(found)
     report(Event("step", f"{'dropping' if dropping else 'adding'} {what}: locking {env.name} ..."))
-    with _restored_on_failure(env, old_text, old_lock):
+    with _held(prefix), _restored_on_failure(env, old_text, old_lock):
         write_atomic(env.user_file, new_text)
         locked = lock.run(env)
         conda = env.kind.conda_env
@@ -188,6 +188,18 @@ def _built_prefix(found: Found) -> Path | None:
     if state_of(prefix) != "complete":
         return None
     return prefix
+
+
+@contextlib.contextmanager
+def _held(prefix: Path | None) -> Iterator[None]:
+    """The prefix's build lock, as install holds it: no install rebuilds it while it is synced."""
+    if prefix is None:
+        yield
+        return
+    from provision.install.build import exclusive
+
+    with exclusive(prefix):
+        yield
 
 
 @contextlib.contextmanager

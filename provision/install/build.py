@@ -135,7 +135,7 @@ def install(
     target = followed((Path(prefix) if prefix else env.default_prefix()).absolute())
     check_prefix(target)
     check_not_another(env.name, target)
-    with _exclusive(target) as lock_fd:
+    with exclusive(target) as lock_fd:
         result = _install_at(env, target, force, installer, solver, start, lock_fd, offline, report)
     _register(env, result, owned=True)
     return result
@@ -214,9 +214,10 @@ def _same_file(fd: int, path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _exclusive(target: Path) -> Iterator[int]:
-    """One build of a prefix at a time (two `provision create` runs would wipe each other's work),
-    keyed by the real path, so a prefix reached through a symlink is the same prefix.
+def exclusive(target: Path) -> Iterator[int]:
+    """One build or change of a prefix at a time (two `provision create` runs would wipe each
+    other's work; an add would sync into a prefix being rebuilt), keyed by the real path, so a
+    prefix reached through a symlink is the same prefix.
     The kernel drops the lock when its holder dies, SIGKILL included."""
     import fcntl
 
@@ -243,13 +244,14 @@ def _exclusive(target: Path) -> Iterator[int]:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     raise InstallError(
-                        f"another provision install is building {target}; wait for it, then re-run"
+                        f"another provision command is building or changing {target}; wait for "
+                        "it, then re-run"
                     ) from None
                 time.sleep(0.1)
         if not _same_file(fh.fileno(), lock_file):
             # The build we waited for failed and removed its lock file: lock the current one.
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-            with _exclusive(target) as fd:
+            with exclusive(target) as fd:
                 yield fd
             return
         try:
