@@ -148,7 +148,7 @@ def run(
 PIPE_GRACE_S = 2.0  # how long output is still read after the child itself has exited
 
 
-def _kill(proc: subprocess.Popen[bytes], group: bool) -> None:
+def _kill(proc: subprocess.Popen[Any], group: bool) -> None:
     import contextlib
 
     with contextlib.suppress(OSError):
@@ -237,14 +237,20 @@ def stream(
     env: Mapping[str, str] | None = None,
     timeout: float = 600,
     keep_fds: Sequence[int] = (),
+    group: bool = False,
 ) -> Completed:
     """Run argv as run(check=False) does, and hand each line it prints to on_line(line, is_stderr)
     as it comes (installers that download gigabytes, install.sh's steps), not only at the end.
-    ProvisionError on a missing program or a timeout; a failure is the caller's to judge."""
+    ProvisionError on a missing program or a timeout; a failure is the caller's to judge.
+    group: as run's, the whole process group is killed at the deadline or an interrupt, and when
+    it still holds the output after its leader exited (install.sh's pip, the benchmark's parts)."""
     import threading
     import time
 
     args = tuple(os.fspath(a) for a in argv)
+    options: dict[str, Any] = _child_options(env, keep_fds)
+    if group:
+        options["process_group"] = 0
     try:
         proc = subprocess.Popen(
             args,
@@ -255,7 +261,7 @@ def stream(
             text=True,
             errors="replace",
             bufsize=1,
-            **_child_options(env, keep_fds),
+            **options,
         )
     except OSError as exc:
         raise _not_started(args[0], exc) from exc
@@ -275,22 +281,32 @@ def stream(
     ]
     for reader in readers:
         reader.start()
+
+    def finish(grace: float) -> None:
+        deadline = time.monotonic() + grace
+        for reader in readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        if group and any(reader.is_alive() for reader in readers):
+            _kill(proc, group)  # the group outlived its leader, holding the pipes
+            for reader in readers:
+                reader.join(PIPE_GRACE_S)
+        for pipe, reader in zip((proc.stdout, proc.stderr), readers, strict=True):
+            if pipe is not None and not reader.is_alive():
+                pipe.close()  # a reader still blocked on a grandchild's pipe keeps its own
+
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        proc.kill()
+        _kill(proc, group)
         proc.wait()
+        finish(PIPE_GRACE_S)
         raise ProvisionError(
             f"{' '.join(args[:3])} ... did not finish within {timeout:g} s"
         ) from exc
-    except BaseException:  # KeyboardInterrupt: the child goes with us
-        proc.kill()
+    except BaseException:  # KeyboardInterrupt: the child (and its group) goes with us
+        _kill(proc, group)
         proc.wait()
+        finish(PIPE_GRACE_S)
         raise
-    deadline = time.monotonic() + 10  # what a grandchild holding the pipes still prints
-    for reader in readers:
-        reader.join(max(0.0, deadline - time.monotonic()))
-    for pipe, reader in zip((proc.stdout, proc.stderr), readers, strict=True):
-        if pipe is not None and not reader.is_alive():
-            pipe.close()  # a reader still blocked on a grandchild's pipe keeps its own
+    finish(10)  # what a grandchild holding the pipes still prints
     return Completed(args, proc.returncode, "".join(out), "".join(err))

@@ -294,7 +294,7 @@ def _one(
     with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
         report_file = Path(tmp) / "report.json"
         argv = bench_argv(target.python, options, report_file)
-        done = _proc.stream(argv, events, timeout=timeout)
+        done = _proc.stream(argv, events, timeout=timeout, group=True)
         if not report_file.is_file():
             raise BenchError(
                 f"the benchmark failed (exit {done.returncode}): {done.last_line()[-300:]}"

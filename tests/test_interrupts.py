@@ -93,3 +93,49 @@ def test_sigint_to_provision_alone_during_verify_stops_the_smoke_tests_child(
         for pipe in (proc.stdout, proc.stderr):  # closed even after a timed-out communicate
             if pipe is not None:
                 pipe.close()
+
+
+# -- a streamed child's whole process group: install.sh's pip, the benchmark's parts -----------
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:  # a zombie waiting for its reaper is gone too
+        return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _gone(pid: int, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("how", ["leader exits", "deadline"])
+def test_a_streamed_group_goes_whole_at_its_deadline_or_when_it_outlives_its_leader(
+    how: str, tmp_path: Path
+) -> None:
+    from provision import _proc
+    from provision.errors import ProvisionError
+
+    pid_file = tmp_path / "grandchild"
+    # The grandchild keeps the pipes open; the leader exits at once, or sleeps past the deadline.
+    script = f"sleep 300 & echo $! > {pid_file}; echo started; " + (
+        "exit 0" if how == "leader exits" else "sleep 300"
+    )
+    lines: list[str] = []
+    start = time.monotonic()
+    if how == "deadline":
+        with pytest.raises(ProvisionError, match="did not finish within 2 s"):
+            _proc.stream(["bash", "-c", script], lambda ln, err: lines.append(ln), timeout=2,
+                         group=True)  # fmt: skip
+    else:
+        done = _proc.stream(["bash", "-c", script], lambda ln, err: lines.append(ln), group=True)
+        assert done.returncode == 0
+    assert time.monotonic() - start < 60 and lines == ["started"]
+    assert _gone(int(pid_file.read_text())), "the grandchild outlived the stream"

@@ -424,8 +424,9 @@ def _install_system(
         report(Event("info", f"running {script.name} --vars {variables.name}"))
         lines = InstallerLines(report)  # its steps as they run: it says what it is doing
         done = _proc.stream(
-            argv, lines, cwd=env.root, env=pip_env, timeout=installers.INSTALL_TIMEOUT
-        )
+            argv, lines, cwd=env.root, env=pip_env, timeout=installers.INSTALL_TIMEOUT,
+            group=True,
+        )  # fmt: skip
         lines.close()
     except ProvisionError as exc:
         raise InstallError(f"{script.name} --vars {variables}: {exc}") from exc
