@@ -41,7 +41,16 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 
 
 def _umask() -> int:
-    mask = os.umask(0o022)
+    """The process's umask, read where Linux shows it (/proc/self/status), not by setting it and
+    back: that round trip gives every other thread's new files the stand-in mask for a moment."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no /proc (or a kernel before 4.7): the round trip
     os.umask(mask)
     return mask
 

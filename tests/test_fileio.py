@@ -71,11 +71,14 @@ def test_write_atomic_writes_text_and_bytes_and_leaves_nothing_beside(tmp_path: 
     assert _leftovers(tmp_path, "out.txt") == []
 
 
-def test_write_atomic_modes(tmp_path: Path) -> None:
+def test_write_atomic_modes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "f"
     old = os.umask(0o027)
     try:
-        fileio.write_atomic(target, "x")
+        # The umask is read, never set and set back: another thread's files keep the real one.
+        with monkeypatch.context() as m:
+            m.setattr(os, "umask", lambda mask: pytest.fail(f"os.umask({mask:#o}) was called"))
+            fileio.write_atomic(target, "x")
         assert stat.S_IMODE(target.stat().st_mode) == 0o640  # 0o666 less the umask
     finally:
         os.umask(old)
