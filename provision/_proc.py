@@ -181,6 +181,24 @@ def _feed(pipe: Any, data: bytes) -> None:
         pipe.close()
 
 
+def _wind_up(proc: subprocess.Popen[Any], readers: Sequence[Any], until: float, group: bool
+             ) -> None:  # fmt: skip
+    """After proc exited: its readers have until `until` (monotonic) to finish; a group that
+    outlived its leader holding the pipes is killed; the pipes whose readers ended are closed (one
+    still blocked on a grandchild's pipe keeps its own)."""
+    import time
+
+    for th in readers:
+        th.join(max(0.0, until - time.monotonic()))
+    if group and any(th.is_alive() for th in readers):
+        _kill(proc, group)
+        for th in readers:
+            th.join(PIPE_GRACE_S)
+    for pipe, th in zip((proc.stdout, proc.stderr), readers, strict=False):
+        if pipe is not None and not th.is_alive():
+            pipe.close()
+
+
 def _communicate(
     proc: subprocess.Popen[bytes], input: str | None, deadline: float, group: bool
 ) -> tuple[str, str]:
@@ -213,16 +231,7 @@ def _communicate(
         _kill(proc, group)
         proc.wait()
         raise
-    end = min(deadline, time.monotonic() + PIPE_GRACE_S)
-    for th in threads:
-        th.join(max(0.0, end - time.monotonic()))
-    if group and any(th.is_alive() for th in threads):
-        _kill(proc, group)  # the group outlived its leader, holding the pipes
-        for th in threads:
-            th.join(PIPE_GRACE_S)
-    for pipe, th in zip((proc.stdout, proc.stderr), threads, strict=False):
-        if pipe is not None and not th.is_alive():
-            pipe.close()
+    _wind_up(proc, threads, min(deadline, time.monotonic() + PIPE_GRACE_S), group)
     return (
         b"".join(out).decode("utf-8", errors="replace"),
         b"".join(err).decode("utf-8", errors="replace"),
@@ -283,16 +292,7 @@ def stream(
         reader.start()
 
     def finish(grace: float) -> None:
-        deadline = time.monotonic() + grace
-        for reader in readers:
-            reader.join(max(0.0, deadline - time.monotonic()))
-        if group and any(reader.is_alive() for reader in readers):
-            _kill(proc, group)  # the group outlived its leader, holding the pipes
-            for reader in readers:
-                reader.join(PIPE_GRACE_S)
-        for pipe, reader in zip((proc.stdout, proc.stderr), readers, strict=True):
-            if pipe is not None and not reader.is_alive():
-                pipe.close()  # a reader still blocked on a grandchild's pipe keeps its own
+        _wind_up(proc, readers, time.monotonic() + grace, group)
 
     try:
         proc.wait(timeout=timeout)

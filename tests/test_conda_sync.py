@@ -51,6 +51,27 @@ def site(prefix: Path) -> set[str]:
     return {p.name for p in sp.iterdir() if not p.name.startswith("__")}
 
 
+def rendered(spec: EnvSpec, channels: list[lc.Channel], tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch, *options: str) -> Path:  # fmt: skip
+    """envs/NAME rendered for spec on the conda path, on these local channels, its pip half empty
+    (TensorFlow itself is what tests/test_create.py installs): a hand edit of a rendered file, so
+    install needs --force. The folder of the environment directories."""
+    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "envs"
+    code, text = run_cli(
+        "render", "--tf", spec.release.tf, "--path", "conda", "--python", spec.python,
+        "--name", NAME, "--out", str(out), *options,
+    )  # fmt: skip
+    assert code == 0, text
+    env_file = out / NAME / "environment.yml"
+    data = yaml.safe_load(env_file.read_text())
+    data["channels"] = [c.url for c in channels]
+    data["dependencies"] = [d for d in data["dependencies"] if not isinstance(d, dict)]
+    env_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
 @pytest.mark.slow
 def test_add_and_drop_sync_a_conda_prefix_in_place_and_a_failure_puts_it_back(
     real_conda_channel: tuple[EnvSpec, lc.Channel], index: Index, tmp_path: Path,
@@ -58,21 +79,7 @@ def test_add_and_drop_sync_a_conda_prefix_in_place_and_a_failure_puts_it_back(
 ) -> None:  # fmt: skip
     spec, channel = real_conda_channel
     extra = demo_channel(tmp_path / "demo-channel")
-    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    out = tmp_path / "envs"
-    code, text = run_cli(
-        "render", "--tf", spec.release.tf, "--path", "conda", "--python", spec.python,
-        "--name", NAME, "--out", str(out),
-    )  # fmt: skip
-    assert code == 0, text
-    # The channels are the local ones and the pip half starts empty (TensorFlow itself is what
-    # tests/test_create.py installs): a hand edit of a rendered file, so install needs --force.
-    env_file = out / NAME / "environment.yml"
-    data = yaml.safe_load(env_file.read_text())
-    data["channels"] = [channel.url, extra.url]
-    data["dependencies"] = [d for d in data["dependencies"] if not isinstance(d, dict)]
-    env_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = rendered(spec, [channel, extra], tmp_path, monkeypatch)
     index.add("1.0")
     locked = subprocess.run(
         [sys.executable, "-m", "provision", "lock", NAME, "--out", str(out), "--solver", "builtin"],
@@ -164,19 +171,7 @@ def test_a_conda_relock_keeps_the_previous_choices_and_moves_only_what_a_change_
         pytest.skip("a host conda is on PATH: add re-locks with it, and it solves afresh")
     spec, channel = real_conda_channel
     mine = moving_channel(tmp_path / "mine", 0)
-    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    out = tmp_path / "envs"
-    code, text = run_cli(
-        "render", "--tf", spec.release.tf, "--path", "conda", "--python", spec.python,
-        "--name", NAME, "--out", str(out), "--with", APP,
-    )  # fmt: skip
-    assert code == 0, text
-    env_file = out / NAME / "environment.yml"
-    data = yaml.safe_load(env_file.read_text())
-    data["channels"] = [channel.url, mine.url]
-    data["dependencies"] = [d for d in data["dependencies"] if not isinstance(d, dict)]
-    env_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = rendered(spec, [channel, mine], tmp_path, monkeypatch, "--with", APP)
     lock = out / NAME / "conda-lock.yml"
     code, text = run_cli("lock", NAME, "--out", str(out), "--solver", "builtin")
     assert code == 0, text

@@ -402,16 +402,24 @@ def test_toolkit_off_the_loader_path_gets_the_ld_library_path_fix(
     ]
 
 
-def test_pip_environment_with_nvidia_wheels_runs(make: Callable[..., FakeHost]) -> None:
+def wheel_venv(make: Callable[..., FakeHost]) -> tuple[FakeHost, Any, str, Path]:
+    """An H200 with a venv of the newest release with CUDA 12 wheels, its NVIDIA wheels in it:
+    (host, release, its Python, the venv's site-packages)."""
     rel = releases(
         lambda r: cuda_of(r).major == 12 and bool(r.pip_wheels or r.and_cuda), "with CUDA 12 wheels"
     )[-1]
     h = make(fakehost.h200)
     python = rel.python[-1]
     site = h.venv("~/venvs/tf", python, tensorflow=rel.pin)
-    h.python(python)
     cuda, cudnn = M.cuda_of(rel), M.cudnn_of(rel)
     h.pip_wheels(site, f"{cuda.version}.82", ".".join(cudnn.full.split(".")[:3]))
+    return h, rel, python, site
+
+
+def test_pip_environment_with_nvidia_wheels_runs(make: Callable[..., FakeHost]) -> None:
+    h, rel, python, _ = wheel_venv(make)
+    h.python(python)
+    cuda, cudnn = M.cuda_of(rel), M.cudnn_of(rel)
     _, report = h.doctor_json("--tf", rel.tf, PROVISION_NO_NVML="1")
     pip = verdicts(report, rel.tf)["pip"]
     assert pip["status"] == "runs", pip
@@ -441,15 +449,8 @@ def test_a_cudnn_whose_sub_library_does_not_load_costs_only_its_own_answer(
 ) -> None:
     """A wheel's libcudnn.so.9 without its libcudnn_graph.so.9 aborts the process that asks it
     (as NVIDIA's does): its version comes from elsewhere, and every other library still answers."""
-    rel = releases(
-        lambda r: cuda_of(r).major == 12 and bool(r.pip_wheels or r.and_cuda), "with CUDA 12 wheels"
-    )[-1]
-    h = make(fakehost.h200)
-    python = rel.python[-1]
-    site = h.venv("~/venvs/tf", python, tensorflow=rel.pin)
-    cuda, cudnn = M.cuda_of(rel), M.cudnn_of(rel)
-    wheel = ".".join(cudnn.full.split(".")[:3])
-    h.pip_wheels(site, f"{cuda.version}.82", wheel)
+    h, rel, _, site = wheel_venv(make)
+    wheel = ".".join(M.cudnn_of(rel).full.split(".")[:3])
     sub = fakehost.cudnn_sub_library("9")
     for folder in (f"{site}/nvidia/cudnn/lib", fakehost.MULTIARCH):  # nowhere to be found
         for f in h.at(folder).glob(sub.split(".so")[0] + ".so*"):
