@@ -294,7 +294,9 @@ def _one(
     with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
         report_file = Path(tmp) / "report.json"
         argv = bench_argv(target.python, options, report_file)
-        done = _proc.stream(argv, events, timeout=timeout, group=True)
+        scratch = Path(tmp) / "tmp"  # TensorFlow's autograph files, which it never removes
+        scratch.mkdir()
+        done = _proc.stream(argv, events, timeout=timeout, group=True, env={"TMPDIR": str(scratch)})
         if not report_file.is_file():
             raise BenchError(
                 f"the benchmark failed (exit {done.returncode}): {done.last_line()[-300:]}"

@@ -365,11 +365,16 @@ def run_smoke(
             Path(python), timeout=timeout, require_gpu=require_gpu, expected_file=expected_file
         )
         _answers(Path(python), env, timeout)
+        # TensorFlow writes a file into the temporary folder for each function autograph converts
+        # and never removes them: they go into this folder, which goes.
+        scratch = Path(tmp) / "tmp"
+        scratch.mkdir()
         # Each check may use its deadline, and a hang costs a fresh TensorFlow start besides; the
         # whole process group goes when this one deadline passes.
         done = _proc.run(
-            argv, env=env, timeout=timeout * (2 * len(schema.CHECKS) + 2), check=False, group=True
-        )
+            argv, env={**(env or {}), "TMPDIR": str(scratch)},
+            timeout=timeout * (2 * len(schema.CHECKS) + 2), check=False, group=True,
+        )  # fmt: skip
     try:
         report = diskread.loads_json(done.stdout, "the smoke test's report")
     except ValueError:

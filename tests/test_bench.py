@@ -15,6 +15,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 from typing import Any
@@ -423,8 +424,14 @@ def payload_report(python: Path, tmp_path: Path, *args: str, **env: str) -> dict
 
 
 @pytest.mark.slow
-def test_cpu_run_with_virtual_devices_reports_and_plots(tf_python: Path, tmp_path: Path) -> None:
+def test_cpu_run_with_virtual_devices_reports_and_plots(
+    tf_python: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plot = tmp_path / "out" / "speedup.png"
+    scratch = tmp_path / "tmp"  # the temporary folder bench and TensorFlow see
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setenv("TMPDIR", str(scratch))
     result = CliRunner().invoke(
         cli,
         [
@@ -460,6 +467,7 @@ def test_cpu_run_with_virtual_devices_reports_and_plots(tf_python: Path, tmp_pat
     assert sw["build"]["cuda"] and sw["loaded"] == {"cudart": None, "cudnn": None}  # no GPU here
     assert report["task"]["kind"] == "synthetic" and report["task"]["chance"] == 0.1
     assert png_size(plot)[0] > 0
+    assert list(scratch.iterdir()) == []  # autograph's files and the payload went with bench
 
 
 @pytest.mark.slow

@@ -496,15 +496,19 @@ def tf_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.mark.slow
-def test_cpu_mode_verify_with_real_tensorflow(tf_env: TfEnv) -> None:
+def test_cpu_mode_verify_with_real_tensorflow(tf_env: TfEnv, tmp_path: Path) -> None:
     argv = ["verify", tf_env.name, "--out", str(tf_env.out), "--prefix", str(tf_env.prefix)]
+    scratch = tmp_path / "tmp"  # the temporary folder verify and TensorFlow see
+    scratch.mkdir()
     done = subprocess.run(
         [sys.executable, "-m", "provision", *argv, "--json"],
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
+    assert list(scratch.iterdir()) == []  # autograph's files and the payload went with verify
     result = json.loads(done.stdout)
     assert result["ok"] is True
     checks = by_name(result["report"])
