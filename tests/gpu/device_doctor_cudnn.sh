@@ -13,7 +13,9 @@ set -u
 carried=$(cd "$1" && pwd); old=$(cd "$2" && pwd)
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-/tmp/out}; mkdir -p "$out"
-pp=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$pp" "$carried"/wheels/*.whl
+pp=$(mktemp -d)
+trap 'rm -rf "$pp"' EXIT
+python3 -m pip install -q --no-index --no-deps --target "$pp" "$carried"/wheels/*.whl
 python3 -m venv "$HOME/venvs/tf"
 sp=$(echo "$HOME"/venvs/tf/lib/python3*/site-packages)
 mkdir -p "$sp/nvidia/cudnn/lib" "$sp/tensorflow-2.21.0.dist-info"
