@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -107,3 +109,25 @@ def test_add_and_drop_sync_the_venv_install_system_made(
     # The venv is what the lock says: the drift check finds nothing moved.
     code, text = cli("check", NAME)
     assert "pandas" not in text and "matplotlib" not in text, text
+    # One command at a time in the venv: while one holds it, add and install wait, then refuse.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from provision.install.build import exclusive\n"
+         "with exclusive(Path(sys.argv[1])):\n print('held', flush=True); sys.stdin.read()",
+         str(venv)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        code, text = cli("add", NAME, "pandas", "--out", str(out), "--no-verify")
+        assert code == 1 and "another provision command is building or changing" in text, text
+        code, text = cli(
+            "install", NAME, "--out", str(out), "--prefix", str(prefix), "--",
+            "--runfile", str(art.runfile),  # type: ignore[attr-defined]
+            "--cudnn-archive", str(art.cudnn_archive),  # type: ignore[attr-defined]
+            "--skip-driver-check",
+        )  # fmt: skip
+        assert code == 1 and "another provision command is building or changing" in text, text
+    finally:
+        holder.communicate("", timeout=60)
+    assert "pandas" not in site(venv)

@@ -124,11 +124,13 @@ def install(
     if needs_lock:
         _check_lock(env)
     if env.kind.host_toolkit:
-        result = _install_system(env, prefix, script_args, start, offline, report)
-        if "--dry-run" not in script_args and interpreter(result.prefix).exists():
-            home = _system_cuda_home(env, prefix)
-            prefix_hooks.install_hooks(env, result.prefix, {"PROVISION_CUDA_HOME": str(home)})
-            _register(env, result, owned=False)
+        # The script's venv is what add and drop change later: one of them at a time.
+        with exclusive(system_venv(env, prefix, script_args)):
+            result = _install_system(env, prefix, script_args, start, offline, report)
+            if "--dry-run" not in script_args and interpreter(result.prefix).exists():
+                home = _system_cuda_home(env, prefix)
+                prefix_hooks.install_hooks(env, result.prefix, {"PROVISION_CUDA_HOME": str(home)})
+                _register(env, result, owned=False)
         return result
     if script_args:
         raise UsageError(f"extra arguments {' '.join(script_args)} apply to the system path only")
