@@ -17,7 +17,7 @@ from typing import Literal, TypedDict
 from provision import _proc, diskread
 from provision.errors import ProvisionError, UsageError
 from provision.payload import bench_schema
-from provision.payload_app import payload_argv
+from provision.payload_app import payload_argv, payload_env
 from provision.progress import Event, Report, human_seconds, nothing
 
 REPORT_LIMIT = 64 << 20  # a saved report set; one report is a few KiB
@@ -294,9 +294,8 @@ def _one(
     with tempfile.TemporaryDirectory(prefix="provision-bench-") as tmp:
         report_file = Path(tmp) / "report.json"
         argv = bench_argv(target.python, options, report_file)
-        scratch = Path(tmp) / "tmp"  # TensorFlow's autograph files, which it never removes
-        scratch.mkdir()
-        done = _proc.stream(argv, events, timeout=timeout, group=True, env={"TMPDIR": str(scratch)})
+        env = payload_env(Path(tmp))
+        done = _proc.stream(argv, events, timeout=timeout, group=True, env=env)
         if not report_file.is_file():
             raise BenchError(
                 f"the benchmark failed (exit {done.returncode}): {done.last_line()[-300:]}"

@@ -92,3 +92,19 @@ def payload_argv(python: Path, program: Program, args: Sequence[str], folder: Pa
     folder): -I so that neither the working directory nor PYTHONPATH nor the user's
     site-packages can shadow the payload or what it tests."""
     return [str(python), "-I", str(zipapp(folder)), program, *args]
+
+
+def payload_env(folder: Path) -> dict[str, str]:
+    """What the payload's process sees besides the caller's environment, in folders made under
+    `folder` (the run's own temporary folder, removed with it):
+    - TMPDIR: TensorFlow writes a file there for each function autograph converts and never
+      removes them;
+    - KERAS_HOME and KERAS_BACKEND: Keras reads ~/.keras/keras.json, and writes it when missing.
+      A user's file there sways the checks: `"backend": "jax"` made Keras 3 (TensorFlow 2.16 on)
+      import JAX, failing without it and training on JAX with it, and `floatx` or
+      `image_data_format` change what runs. The payload runs on TensorFlow with Keras's defaults,
+      and leaves the user's Keras folder as it was."""
+    scratch, keras = Path(folder) / "tmp", Path(folder) / "keras"
+    scratch.mkdir()
+    keras.mkdir()
+    return {"TMPDIR": str(scratch), "KERAS_HOME": str(keras), "KERAS_BACKEND": "tensorflow"}

@@ -25,7 +25,7 @@ from provision.jsontypes import JSONObject
 from provision.payload import judgements
 from provision.payload import report as schema
 from provision.payload.status import FAIL, PASS, WARN, CheckStatus, check_status
-from provision.payload_app import payload_argv
+from provision.payload_app import payload_argv, payload_env
 from provision.steps import StepResult
 
 DEFAULT_TIMEOUT = schema.DEFAULT_TIMEOUT
@@ -365,14 +365,10 @@ def run_smoke(
             Path(python), timeout=timeout, require_gpu=require_gpu, expected_file=expected_file
         )
         _answers(Path(python), env, timeout)
-        # TensorFlow writes a file into the temporary folder for each function autograph converts
-        # and never removes them: they go into this folder, which goes.
-        scratch = Path(tmp) / "tmp"
-        scratch.mkdir()
         # Each check may use its deadline, and a hang costs a fresh TensorFlow start besides; the
         # whole process group goes when this one deadline passes.
         done = _proc.run(
-            argv, env={**(env or {}), "TMPDIR": str(scratch)},
+            argv, env={**(env or {}), **payload_env(Path(tmp))},
             timeout=timeout * (2 * len(schema.CHECKS) + 2), check=False, group=True,
         )  # fmt: skip
     try:

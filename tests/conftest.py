@@ -125,10 +125,11 @@ from wheelindex import wheel_index  # noqa: E402, F401
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before any test runs or starts a process: nothing a test runs writes into the user's
-    ~/.cache or ~/.local/share. Caches go under pytest's cache directory (.pytest_cache/d/, kept
-    between runs so the slow tests' downloads are fetched once; -p no:cacheprovider: a temporary
-    folder), or PROVISION_TEST_CACHE when set; PROVISION_HOME and the data and kernel folders go
-    into a folder of this session, removed at its end."""
+    home folder (~/.cache, ~/.local/share, ~/.ansible, ~/.keras, ~/.config/matplotlib). Caches go
+    under pytest's cache directory (.pytest_cache/d/, kept between runs so the slow tests'
+    downloads are fetched once; -p no:cacheprovider: a temporary folder), or PROVISION_TEST_CACHE
+    when set; PROVISION_HOME and the data and kernel folders go into a folder of this session,
+    removed at its end."""
     import os
     import tempfile
 
@@ -154,6 +155,12 @@ def pytest_configure(config: pytest.Config) -> None:
             "XDG_DATA_HOME": str(session / "data"),
             "JUPYTER_DATA_DIR": str(session / "jupyter"),
             "PROVISION_HOME": str(session / "provision-home"),
+            # What the tools provision runs write into the home folder otherwise: Ansible makes
+            # ~/.ansible at every start, Keras writes ~/.keras/keras.json on import (tests that
+            # import TensorFlow themselves), matplotlib keeps its font cache and config.
+            "ANSIBLE_HOME": str(session / "ansible"),
+            "KERAS_HOME": str(session / "keras"),
+            "MPLCONFIGDIR": str(cache / "xdg" / "matplotlib"),
         }
     )
 

@@ -432,6 +432,8 @@ def test_cpu_run_with_virtual_devices_reports_and_plots(
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     monkeypatch.setenv("TMPDIR", str(scratch))
+    keras_home = tfvenv.user_keras_home(tmp_path)  # JAX, float16: not read, not rewritten
+    monkeypatch.setenv("KERAS_HOME", str(keras_home))
     result = CliRunner().invoke(
         cli,
         [
@@ -468,6 +470,8 @@ def test_cpu_run_with_virtual_devices_reports_and_plots(
     assert report["task"]["kind"] == "synthetic" and report["task"]["chance"] == 0.1
     assert png_size(plot)[0] > 0
     assert list(scratch.iterdir()) == []  # autograph's files and the payload went with bench
+    assert (keras_home / "keras.json").read_text() == tfvenv.USER_KERAS_JSON
+    assert sorted(p.name for p in keras_home.iterdir()) == ["keras.json"]
 
 
 @pytest.mark.slow

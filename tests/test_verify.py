@@ -500,15 +500,18 @@ def test_cpu_mode_verify_with_real_tensorflow(tf_env: TfEnv, tmp_path: Path) -> 
     argv = ["verify", tf_env.name, "--out", str(tf_env.out), "--prefix", str(tf_env.prefix)]
     scratch = tmp_path / "tmp"  # the temporary folder verify and TensorFlow see
     scratch.mkdir()
+    keras_home = tfvenv.user_keras_home(tmp_path)  # a Keras 3 user's: JAX, float16, channels_first
     done = subprocess.run(
         [sys.executable, "-m", "provision", *argv, "--json"],
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "TMPDIR": str(scratch)},
+        env={**os.environ, "TMPDIR": str(scratch), "KERAS_HOME": str(keras_home)},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
     assert list(scratch.iterdir()) == []  # autograph's files and the payload went with verify
+    assert sorted(p.name for p in keras_home.iterdir()) == ["keras.json"]
+    assert (keras_home / "keras.json").read_text() == tfvenv.USER_KERAS_JSON  # left as it was
     result = json.loads(done.stdout)
     assert result["ok"] is True
     checks = by_name(result["report"])

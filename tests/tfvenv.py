@@ -86,3 +86,18 @@ def ensure(release: Release) -> Path:
     )
     tmp.rename(final)
     return python
+
+
+# A user's ~/.keras/keras.json that would sway the smoke test and the benchmark: Keras 3 reads its
+# backend from it (JAX, absent from these environments: the import fails), and its float type and
+# image layout. provision's runs use TensorFlow and Keras's defaults, and leave the file alone.
+USER_KERAS_JSON = (
+    '{"backend": "jax", "floatx": "float16", "epsilon": 0.1, "image_data_format": "channels_first"}'
+)
+
+
+def user_keras_home(tmp_path: Path) -> Path:
+    folder = tmp_path / "user-keras"
+    folder.mkdir()
+    (folder / "keras.json").write_text(USER_KERAS_JSON)
+    return folder
