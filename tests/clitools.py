@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -88,3 +89,21 @@ def run_cli(
         else ""
     )
     return res.exit_code, res.output + shown
+
+
+@contextmanager
+def build_lock_held(prefix: Path) -> Iterator[None]:
+    """Another provision process holds PREFIX's build lock (install's, add's and drop's) while the
+    block runs: a process of its own, as a second command would be."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from provision.install.build import exclusive\n"
+         "with exclusive(Path(sys.argv[1])):\n print('held', flush=True); sys.stdin.read()",
+         str(prefix)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.communicate("", timeout=60)

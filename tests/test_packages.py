@@ -22,6 +22,7 @@ from pathlib import Path
 import localchannel
 import pytest
 from bundletools import needs_unshare, provision_offline, provision_wheelhouse
+from clitools import build_lock_held
 from clitools import run_cli as cli
 from tinyindex import pip_release
 
@@ -350,20 +351,10 @@ def test_add_and_drop_sync_the_built_venv_and_leave_a_users_own_package(out: Pat
     code, text = cli("check", NAME)
     assert "matplotlib" not in text and "pandas" not in text, text
     # While an install holds the prefix, add waits, then refuses; nothing moves.
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; "
-         "from provision.install.build import exclusive\n"
-         "with exclusive(Path(sys.argv[1])):\n print('held', flush=True); sys.stdin.read()",
-         str(prefix)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with build_lock_held(prefix):
         code, text = cli("add", NAME, "pandas", "--out", str(out), "--no-verify")
         assert code == 1 and "another provision command is building or changing" in text, text
         assert {p: p.read_bytes() for p in files} == files and site(prefix) == before
-    finally:
-        holder.communicate("", timeout=60)
 
 
 # -- carried everywhere: bundle, install --from-bundle with no network, export ------------------

@@ -11,13 +11,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import localchannel
 import pytest
+from clitools import build_lock_held
 from clitools import run_cli as cli
 from tinyindex import reseal, system_release
 
@@ -73,18 +72,23 @@ def site(venv: Path) -> set[str]:
     return {p.name.split("-")[0].lower() for p in lib.glob("*.dist-info")}
 
 
+def install(out: Path, prefix: Path, art: object) -> tuple[int, str]:
+    """`provision install NAME` of the system path, from the world's runfile and cuDNN archive."""
+    return cli(
+        "install", NAME, "--out", str(out), "--prefix", str(prefix), "--",
+        "--runfile", str(art.runfile),  # type: ignore[attr-defined]
+        "--cudnn-archive", str(art.cudnn_archive),  # type: ignore[attr-defined]
+        "--skip-driver-check",
+    )  # fmt: skip
+
+
 def test_add_and_drop_sync_the_venv_install_system_made(
     world: tuple[Path, Path, object],
 ) -> None:
     out, prefix, art = world
     code, text = cli("lock", NAME, "--out", str(out))
     assert code == 0, text
-    code, text = cli(
-        "install", NAME, "--out", str(out), "--prefix", str(prefix), "--",
-        "--runfile", str(art.runfile),  # type: ignore[attr-defined]
-        "--cudnn-archive", str(art.cudnn_archive),  # type: ignore[attr-defined]
-        "--skip-driver-check",
-    )  # fmt: skip
+    code, text = install(out, prefix, art)
     assert code == 0, text
     venv = prefix / "venvs" / NAME
     assert {"tensorflow", "pandas", "numpy"} <= site(venv)
@@ -110,24 +114,9 @@ def test_add_and_drop_sync_the_venv_install_system_made(
     code, text = cli("check", NAME)
     assert "pandas" not in text and "matplotlib" not in text, text
     # One command at a time in the venv: while one holds it, add and install wait, then refuse.
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from pathlib import Path; "
-         "from provision.install.build import exclusive\n"
-         "with exclusive(Path(sys.argv[1])):\n print('held', flush=True); sys.stdin.read()",
-         str(venv)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with build_lock_held(venv):
         code, text = cli("add", NAME, "pandas", "--out", str(out), "--no-verify")
         assert code == 1 and "another provision command is building or changing" in text, text
-        code, text = cli(
-            "install", NAME, "--out", str(out), "--prefix", str(prefix), "--",
-            "--runfile", str(art.runfile),  # type: ignore[attr-defined]
-            "--cudnn-archive", str(art.cudnn_archive),  # type: ignore[attr-defined]
-            "--skip-driver-check",
-        )  # fmt: skip
+        code, text = install(out, prefix, art)
         assert code == 1 and "another provision command is building or changing" in text, text
-    finally:
-        holder.communicate("", timeout=60)
     assert "pandas" not in site(venv)
