@@ -273,6 +273,7 @@ class Lab:
                 continue
             lines.append(f"    {host.name}:")
             lines.append(f"      ansible_host: {host.address}")
+            lines.append(f"      ansible_remote_tmp: {host.dir / 'ansible-tmp'}")
             for k, v in (extra or {}).get(host.name, {}).items():
                 lines.append(f"      {k}: {v}")
         lines += [
@@ -282,6 +283,10 @@ class Lab:
             f"    ansible_ssh_common_args: -o UserKnownHostsFile={self.known_hosts}"
             " -o GlobalKnownHostsFile=/dev/null",
             "    ansible_python_interpreter: /usr/bin/python3",
+            # Ansible's folder where tasks run: each host's own (above), and this one for the
+            # tasks the role runs on the control machine (the implicit localhost takes the vars
+            # of `all`), not root's ~/.ansible: every host here is this machine.
+            f"    ansible_remote_tmp: {self.base / 'control-ansible-tmp'}",
         ]
         path.write_text("\n".join(lines) + "\n")
         return path

@@ -27,6 +27,7 @@ from typing import Any
 
 import fakehost
 import fleethosts
+import headless
 import pytest
 from bundletools import provision_wheelhouse
 from clitools import run_cli
@@ -490,22 +491,6 @@ def _drift_a6000(fleet: Fleet, tmp: Path) -> None:
     )  # fmt: skip
 
 
-def _screenshot(page: Path, png: Path, profile: Path) -> str:
-    """Headless Chromium's picture of the page; "" when it took one, else why not."""
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        return "chromium is not installed (apt-get install -y chromium)"
-    done = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--no-first-run", f"--user-data-dir={profile}", "--hide-scrollbars",
-         "--window-size=1280,720", f"--screenshot={png}", page.as_uri()],
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-    ok = png.is_file() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    return "" if ok else f"no screenshot (exit {done.returncode}): {done.stderr[-600:]}"
-
-
 def test_drift_names_the_host_that_changed_and_lists_it_first(fleet: Fleet, first: Run) -> None:
     code, out, before = fleet.run("tiny", "--drift", reports="drift-before")
     assert before["drift"] is True, out
@@ -530,8 +515,8 @@ def test_drift_names_the_host_that_changed_and_lists_it_first(fleet: Fleet, firs
     assert "drift since the roll-out" in text and "provision-tiny 1.0 → 9.9" in text
     assert (fleet.work / "drift-after" / "hosts" / "gpu-a6000" / "check.json").is_file()
     png = fleet.work / "drift.png"
-    why = _screenshot(page, png, fleet.work / "chromium-profile")
-    if why.startswith("chromium is not installed"):
+    why = headless.screenshot(page, png, fleet.work / "chromium")
+    if why == headless.MISSING:
         pytest.skip(why)
     assert not why, why
     if os.environ.get("UPDATE_SCREENSHOT"):  # kept for a person to look at

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 import clitools
+import headless
 import pytest
 
 from provision import environment
@@ -127,18 +128,12 @@ def test_the_html_page_in_headless_chromium(tmp_path: Path) -> None:
         "<b>1</b>", ""
     )  # fmt: skip
     assert json.loads((tmp_path / "fleet.json").read_text())["hosts"][0]["host"] == "gpu-a6000"
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
     shot = tmp_path / "fleet.png"
-    done = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--screenshot={shot}", "--window-size=1280,560", (tmp_path / "fleet.html").as_uri()],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0 and shot.is_file(), done.stderr
-    png = shot.read_bytes()
-    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    why = headless.screenshot(tmp_path / "fleet.html", shot, tmp_path / "chromium", "1280,560")
+    if why == headless.MISSING:
+        pytest.skip(why)
+    assert not why, why
+    assert shot.stat().st_size > 10_000
     import os
 
     if os.environ.get("UPDATE_SCREENSHOT"):
@@ -232,16 +227,9 @@ def test_a_drift_report_reads_as_a_table_json_and_a_page(tmp_path: Path) -> None
     page = (tmp_path / "fleet.html").read_text()
     assert "drift since the roll-out" in page and '<li class="brk">driver 555.42.06' in page
     assert "gpu-&lt;b&gt;" in page and "<script" not in page
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
     shot = tmp_path / "drift.png"
-    done = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-         f"--screenshot={shot}", "--window-size=1280,560", (tmp_path / "fleet.html").as_uri()],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0 and shot.is_file(), done.stderr
-    assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 10_000
+    why = headless.screenshot(tmp_path / "fleet.html", shot, tmp_path / "chromium", "1280,560")
+    if why == headless.MISSING:
+        pytest.skip(why)
+    assert not why, why
+    assert shot.stat().st_size > 10_000
