@@ -119,9 +119,13 @@ def test_a_bundle_of_an_edited_environment_is_refused(
 @needs_unshare
 def test_install_from_a_bundle_with_no_network(tiny_bundle: Path, tmp_path: Path) -> None:
     home = tmp_path / "target-home"
+    uv_cache = tmp_path / "users-uv-cache"
     done = provision_offline("install", "--from-bundle", str(tiny_bundle), "--no-verify", "--json",
-                             env=install_env(home))  # fmt: skip
+                             env={**install_env(home), "UV_CACHE_DIR": str(uv_cache)})  # fmt: skip
     assert done.returncode == 0, done.stderr
+    # The bundle's wheels went through a cache of the install's own, gone with the staged files:
+    # none is left unpacked in the user's uv cache, where nothing would use it again.
+    assert not list(uv_cache.glob("archive-v*/*")), list(uv_cache.glob("archive-v*/*"))
     report = json.loads(done.stdout)
     prefix = Path(report["install"]["prefix"])
     assert prefix == home / "envs" / "tiny" and state_of(prefix) == "complete"

@@ -391,7 +391,7 @@ def _offline(
     (so conda-meta keeps the channel's URLs), or named by file:// URLs for another solver."""
     wheels = staging / "wheels"
     if not env.kind.conda_env:
-        return installers.Offline(wheels)
+        return installers.Offline(wheels, uv_cache=staging / "uv-cache")
     from provision import tools
     from provision.lock import condafile
 

@@ -36,6 +36,10 @@ class Offline:
     find_links: Path
     conda_lock: Path | None = None
     conda_pkgs: Path | None = None  # a package cache that holds every conda package of the lock
+    # uv's cache for this build, beside the staged files and removed with them: uv unpacks every
+    # wheel it installs into its cache, keyed by the folder it came from, which is gone after the
+    # install (a TensorFlow bundle left 4.4 GB in the user's uv cache that nothing would reuse).
+    uv_cache: Path | None = None
 
     def environ(self) -> dict[str, str]:
         pkgs = {"CONDA_PKGS_DIRS": str(self.conda_pkgs)} if self.conda_pkgs else {}
@@ -62,10 +66,12 @@ def pip_install_argv(venv_python: Path, lock: Path, find_links: Path | None = No
     ]  # fmt: skip
 
 
-def uv_install_argv(uv: str, venv_python: Path, lock: Path, find_links: Path | None = None
+def uv_install_argv(uv: str, venv_python: Path, lock: Path, offline: Offline | None = None
                     ) -> list[str]:  # fmt: skip
-    where = (["--no-config", "--no-index", "--find-links", str(find_links)] if find_links
+    where = (["--no-config", "--no-index", "--find-links", str(offline.find_links)] if offline
              else uv_index_args())  # fmt: skip
+    if offline and offline.uv_cache:
+        where += ["--cache-dir", str(offline.uv_cache)]
     return [
         uv, "pip", "install", "--python", str(venv_python),
         "--require-hashes", "--no-deps", "-r", str(lock), *where,
@@ -181,7 +187,7 @@ def build_pip(
              "--python", str(base_python), str(prefix)],
             prefix, lock_fd=lock_fd, report=report,
         )  # fmt: skip
-        argv = uv_install_argv(uv, venv_python, lock, links)
+        argv = uv_install_argv(uv, venv_python, lock, offline)
         run_step("uv pip install", argv, prefix, lock_fd=lock_fd, report=report)
         used = "uv"
     else:
