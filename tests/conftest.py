@@ -125,7 +125,7 @@ from wheelindex import wheel_index  # noqa: E402, F401
 
 def pytest_configure(config: pytest.Config) -> None:
     """Before any test runs or starts a process: nothing a test runs writes into the user's
-    home folder (~/.cache, ~/.local/share, ~/.ansible, ~/.keras, ~/.config/matplotlib). Caches go
+    home folder (~/.cache, ~/.local/share, ~/.ansible, ~/.ipython, ~/.keras, ~/.config). Caches go
     under pytest's cache directory (.pytest_cache/d/, kept between runs so the slow tests'
     downloads are fetched once; -p no:cacheprovider: a temporary folder), or PROVISION_TEST_CACHE
     when set; PROVISION_HOME and the data and kernel folders go into a folder of this session,
@@ -156,9 +156,11 @@ def pytest_configure(config: pytest.Config) -> None:
             "JUPYTER_DATA_DIR": str(session / "jupyter"),
             "PROVISION_HOME": str(session / "provision-home"),
             # What the tools provision runs write into the home folder otherwise: Ansible makes
-            # ~/.ansible at every start, Keras writes ~/.keras/keras.json on import (tests that
-            # import TensorFlow themselves), matplotlib keeps its font cache and config.
+            # ~/.ansible at every start, a Jupyter kernel ~/.ipython, Keras writes
+            # ~/.keras/keras.json on import (tests that import TensorFlow themselves), matplotlib
+            # keeps its font cache and config.
             "ANSIBLE_HOME": str(session / "ansible"),
+            "IPYTHONDIR": str(session / "ipython"),
             "KERAS_HOME": str(session / "keras"),
             "MPLCONFIGDIR": str(cache / "xdg" / "matplotlib"),
         }

@@ -410,13 +410,16 @@ def tf213_python() -> Path:
 
 
 def payload_report(python: Path, tmp_path: Path, *args: str, **env: str) -> dict[str, Any]:
-    """The payload's own report, run as provision runs it (python -I zipapp bench)."""
-    from provision.payload_app import payload_argv
+    """The payload's own report, run as provision runs it (python -I zipapp bench, its folders
+    under the run's own: TensorFlow's autograph files, Keras's)."""
+    from provision.payload_app import payload_argv, payload_env
 
     out = tmp_path / "report.json"
+    run = Path(tempfile.mkdtemp(prefix="payload-", dir=tmp_path))
     done = subprocess.run(
-        payload_argv(python, "bench", ["--json", str(out), *args], tmp_path),
-        capture_output=True, text=True, timeout=900, env={**os.environ, **env},
+        payload_argv(python, "bench", ["--json", str(out), *args], run),
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, **payload_env(run), **env},
     )  # fmt: skip
     assert out.is_file(), done.stderr[-3000:]
     report: dict[str, Any] = json.loads(out.read_text())

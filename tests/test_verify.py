@@ -36,7 +36,7 @@ from provision.install import prefix_hooks
 from provision.matrix.spec import GpuPolicy, expected, resolve
 from provision.payload import cudalibs, elf, judgements
 from provision.payload import report as schema
-from provision.payload_app import payload_argv
+from provision.payload_app import payload_argv, payload_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -49,14 +49,15 @@ FAULT_VAR = "PROVISION_SMOKE_FAULT"  # the payload's fault injection: hang:<chec
 
 
 def run_smoke(python: str | Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, Any]:
-    """The payload's smoke test with `python`, as verify runs it; (exit status, JSON report)."""
+    """The payload's smoke test with `python`, as verify runs it (its folders under the run's
+    own: TensorFlow's autograph files, Keras's); (exit status, JSON report)."""
     with tempfile.TemporaryDirectory(prefix="provision-test-") as folder:
         done = subprocess.run(
             payload_argv(Path(python), "smoke", ["--json", *args], Path(folder)),
             capture_output=True,
             text=True,
             timeout=600,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, **payload_env(Path(folder)), **(env or {})},
         )
     return done.returncode, json.loads(done.stdout)
 
