@@ -4,7 +4,8 @@ One folder holds them all: PROVISION_HOME/cache when PROVISION_HOME is set (so a
 takes the gigabytes with it), else the user's cache folder for provision (~/.cache/provision).
 Inside: `uv` (uv's cache, for locks and pip-path builds: wheels of TensorFlow and NVIDIA's
 libraries, gigabytes after one create), `pip` (pip's, when pip installs), `bundle` (what
-`provision bundle` downloads) and the built-in solver's `provision-conda`.
+`provision bundle` downloads), the built-in solver's `provision-conda`, and `jinja` (the compiled
+templates of render).
 
 A cache the user chose (UV_CACHE_DIR, PIP_CACHE_DIR, --cache-dir) is theirs: used as it is, shown
 as theirs, never pruned. prune deletes only the folders above, which provision made.
@@ -25,6 +26,7 @@ KINDS = {
     "pip": "PIP_CACHE_DIR",
     "bundle": "",
     "provision-conda": "PROVISION_CONDA_CACHE",
+    "jinja": "",  # the templates render compiles (kilobytes)
 }
 
 

@@ -78,9 +78,11 @@ def _pyrepr(value: Any) -> str:
 
 
 def _cache_folder() -> str:
-    """Where compiled templates go: the user's cache folder, as the environment says now."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "provision", "jinja")
+    """Where compiled templates go: provision's cache folder (caches.py: under PROVISION_HOME when
+    it is set), as the environment says now."""
+    from provision import caches
+
+    return str(caches.root() / "jinja")
 
 
 def _bytecode_cache(folder: str) -> jinja2.BytecodeCache | None:

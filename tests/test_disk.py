@@ -83,3 +83,21 @@ def test_without_provision_home_the_caches_are_provisions_own_folder(
         monkeypatch.delenv(var, raising=False)
     assert caches.root() == tmp_path / "xdg" / "provision"
     assert caches.tool_env()["UV_CACHE_DIR"] == str(tmp_path / "xdg" / "provision" / "uv")
+
+
+def test_renders_compiled_templates_go_under_provision_home_and_prune_removes_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, xdg = tmp_path / "home", tmp_path / "xdg"
+    monkeypatch.setenv("PROVISION_HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))  # the user's cache folder: nothing goes there
+    code, out = run_cli("render", "--tf", "2.13", "--path", "pip", "--out", str(tmp_path / "envs"))
+    assert code == 0, out
+    jinja = home / "cache" / "jinja"
+    assert list(jinja.iterdir()) and not xdg.exists()
+    code, out = run_cli("cache", "info", "--json")
+    assert code == 0, out
+    assert {c["name"]: c["path"] for c in json.loads(out)}["jinja"] == str(jinja)
+    code, out = run_cli("cache", "prune")
+    assert code == 0 and f"removed {jinja}" in out, out
+    assert not jinja.exists()

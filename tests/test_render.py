@@ -1014,6 +1014,7 @@ def test_a_cache_folder_that_went_away_between_two_renders_in_one_process(
     was removed since (a test's, a caller's) is never written into again."""
     release = matrix_module.load().newest.tf
     first = tmp_path / "first-cache"
+    monkeypatch.delenv("PROVISION_HOME", raising=False)  # provision's cache folder: XDG's
     monkeypatch.setenv("XDG_CACHE_HOME", str(first))
     result = CliRunner().invoke(
         cli, ["render", "--tf", release, "--path", "pip", "--out", str(tmp_path / "a")]
