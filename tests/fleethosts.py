@@ -163,6 +163,7 @@ class Lab:
         fake = gpu(folder / "gpu", self.lib_cache)
         host = Host(name, number, folder, fake, index_url, online)
         host.home.mkdir(parents=True)
+        (folder / "tmp").mkdir()
         self.hosts[name] = host
         self._network(host)
         self._sshd_config(host)
@@ -207,6 +208,9 @@ class Lab:
         host.env = {
             "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(host.home),
+            # The host's temporary folder: a module killed with its host leaves Ansible's payload
+            # folder there, in the host's tree (every host is this machine).
+            "TMPDIR": str(host.dir / "tmp"),
             "PROVISION_HOST_ROOT": str(host.fake.root),
             # The host's pip configuration: its index only (this machine's pip.conf is ignored).
             "PIP_CONFIG_FILE": os.devnull,
