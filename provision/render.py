@@ -288,14 +288,15 @@ def write(
     """Render resolved specs: every file in memory first, then compare (check) or write them;
     `result` gets a line per file; all_: they are the whole matrix (`render --all`). `create`
     calls this with the spec it has resolved."""
-    rendered = {s.name: render(s, m) for s in specs}
+    # The inputs are judged before anything is written, the template cache included.
+    if check and packages:
+        raise UsageError("--check compares rendered files; it takes no --with or -r")
     _check_out_dir(out, writing=not check)
+    user = {s.name: _user_text(out / s.name, s, packages) for s in specs if packages}
+    rendered = {s.name: render(s, m) for s in specs}
     if check:
-        if packages:
-            raise UsageError("--check compares rendered files; it takes no --with or -r")
         _check(out, rendered, all_, result)
     else:
-        user = {s.name: _user_text(out / s.name, s, packages) for s in specs if packages}
         _write_all(out, rendered, all_, force, result, user)
         if not any(line.startswith("rendered ") for line in result.lines):
             result.outcome = "skipped"

@@ -169,7 +169,7 @@ def test_split_bundle_installs_from_its_first_part(
     assert str(parts[2]) not in out
     joined = b"".join(p.read_bytes()[bundle_format.PART_HEADER :] for p in parts)
     assert joined == whole.read_bytes()  # `tail -c +513` of each part gives back the tar
-    home = tmp_path / "home"
+    home = tmp_path / "target-home"
     done = provision_offline("install", "--from-bundle", str(parts[0]), "--no-verify",
                              env=install_env(home))  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -200,7 +200,7 @@ def _refused(bundle: Path, home: Path, *reasons: str) -> None:
 def test_a_missing_part_is_named(index: Index, env: Env, wheelhouse: Path, tmp_path: Path) -> None:
     parts = _split(index, env, wheelhouse, tmp_path)
     parts[2].unlink()
-    _refused(parts[0], tmp_path / "home", f"part 3 of {len(parts)} is missing: {parts[2]}")
+    _refused(parts[0], tmp_path / "target-home", f"part 3 of {len(parts)} is missing: {parts[2]}")
 
 
 @needs_unshare
@@ -210,7 +210,7 @@ def test_a_truncated_part_is_named(
     parts = _split(index, env, wheelhouse, tmp_path)
     with open(parts[1], "r+b") as fh:
         fh.truncate(parts[1].stat().st_size - 1000)
-    _refused(parts[0], tmp_path / "home", f"{parts[1]} is truncated")
+    _refused(parts[0], tmp_path / "target-home", f"{parts[1]} is truncated")
 
 
 @needs_unshare
@@ -223,7 +223,7 @@ def test_a_corrupt_part_is_named(index: Index, env: Env, wheelhouse: Path, tmp_p
         fh.write(bytes([byte[0] ^ 0xFF]))
     _refused(
         parts[0],
-        tmp_path / "home",
+        tmp_path / "target-home",
         "is corrupt",
         f"part {len(parts)} of {len(parts)} ({parts[-1]})",
     )
@@ -242,7 +242,7 @@ def test_a_tampered_member_is_named(tiny_bundle: Path, tmp_path: Path) -> None:
         byte = fh.read(1)
         fh.seek(at)
         fh.write(bytes([byte[0] ^ 0xFF]))
-    _refused(tiny_bundle, tmp_path / "home",
+    _refused(tiny_bundle, tmp_path / "target-home",
              f"wheels/provision_tiny-1.0-py3-none-any.whl in {tiny_bundle} is corrupt")  # fmt: skip
 
 
@@ -251,7 +251,7 @@ def test_a_truncated_bundle_is_named(tiny_bundle: Path, tmp_path: Path) -> None:
     at = _offset_of(tiny_bundle, "wheels/provision_tiny-1.0-py3-none-any.whl") + 1000
     with open(tiny_bundle, "r+b") as fh:
         fh.truncate(at)
-    _refused(tiny_bundle, tmp_path / "home", str(tiny_bundle), "truncated")
+    _refused(tiny_bundle, tmp_path / "target-home", str(tiny_bundle), "truncated")
 
 
 @needs_unshare
@@ -262,7 +262,7 @@ def test_a_damaged_manifest_is_refused_before_anything(tiny_bundle: Path, tmp_pa
         was = fh.read(1)
         fh.seek(at)
         fh.write(b"8" if was == b"9" else b"9")  # a change, whatever the byte was
-    _refused(tiny_bundle, tmp_path / "home", "manifest is damaged")
+    _refused(tiny_bundle, tmp_path / "target-home", "manifest is damaged")
 
 
 # -- what a bundle cannot carry, said before anything is copied ----------------------------------
@@ -278,7 +278,7 @@ def test_a_target_without_the_python_says_so_before_copying(
     for tool in ("bash", "sh", "uname"):
         if shutil.which(tool):
             os.symlink(shutil.which(tool), bare / tool)  # type: ignore[arg-type]
-    home = tmp_path / "home"
+    home = tmp_path / "target-home"
     done = provision_offline(
         "install", "--from-bundle", str(bundle), "--no-verify",
         env={"PROVISION_HOME": str(home), "PATH": str(bare), "PYENV_ROOT": str(tmp_path / "none"),
@@ -312,7 +312,7 @@ def test_an_old_driver_is_said_before_copying(
     tiny_bundle: Path, tmp_path: Path, fake_nvidia_smi: object
 ) -> None:
     smi = fake_nvidia_smi("400.31")  # type: ignore[operator]
-    home = tmp_path / "home"
+    home = tmp_path / "target-home"
     done = provision_offline(
         "install", "--from-bundle", str(tiny_bundle), "--no-verify",
         env={"PROVISION_HOME": str(home), "PROVISION_NO_NVML": "1",
@@ -327,7 +327,7 @@ def test_an_old_driver_is_said_before_copying(
 def test_require_gpu_without_a_driver_is_said_before_copying(
     tiny_bundle: Path, tmp_path: Path
 ) -> None:
-    home = tmp_path / "home"
+    home = tmp_path / "target-home"
     done = provision_offline(
         "install", "--from-bundle", str(tiny_bundle), "--require-gpu",
         env={"PROVISION_HOME": str(home), "PROVISION_NO_NVML": "1", "PATH": "/usr/bin:/bin"},
@@ -349,7 +349,7 @@ def test_a_glibc_too_old_is_said_before_copying(
     sha = hashlib.sha256(tagged.read_bytes()).hexdigest()
     env.lock(f"provision-tiny==3.0 \\\n    --hash=sha256:{sha}\n")
     bundle = make_bundle(env, tmp_path / "new.tar", "--glibc", "2.99", wheels=wheelhouse)
-    home = tmp_path / "home"
+    home = tmp_path / "target-home"
     done = provision_offline("install", "--from-bundle", str(bundle), env=install_env(home))
     assert done.returncode == 1, done.stdout + done.stderr
     assert "its packages need glibc >= 2.99 and this host has" in done.stderr
@@ -364,7 +364,7 @@ def test_a_glibc_too_old_is_said_before_copying(
 def test_a_run_killed_midway_is_completed_by_running_it_again(
     tiny_bundle: Path, tmp_path: Path, point: str
 ) -> None:
-    home = tmp_path / "home"
+    home = tmp_path / "target-home"
     kill = {**install_env(home), "PROVISION_TEST_KILL_AT": point}
     killed = provision_offline("install", "--from-bundle", str(tiny_bundle), "--no-verify",
                                env=kill)  # fmt: skip
