@@ -9,6 +9,11 @@ class ProvisionError(Exception):
     exit_code = 1
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`timeout`, systemd, a batch scheduler's job kill, `kill PID`): provision unwinds as
+    for Ctrl-C, so that its temporary folders, children and half-made files go, then exits 143."""
+
+
 class UsageError(ProvisionError):
     """The command line asks for something that cannot exist (exit 2, as Click's usage errors)."""
 

@@ -1,4 +1,4 @@
-"""A SIGINT to provision's PID alone stops every process it started, however deep.
+"""A SIGINT or SIGTERM to provision's PID alone stops every process it started, however deep.
 
 `kill -INT PID` (a supervisor, a CI runner's timeout) signals provision only, not its process group:
 its children must go because provision goes. verify runs the payload, which runs each batch of
@@ -48,15 +48,20 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize("inherited", ["default", "ignored"])
-def test_sigint_to_provision_alone_during_verify_stops_the_smoke_tests_child(
-    tmp_path: Path, inherited: str
+@pytest.mark.parametrize(
+    ("sig", "inherited"),
+    [(signal.SIGINT, "default"), (signal.SIGINT, "ignored"), (signal.SIGTERM, "default")],
+    ids=["sigint", "sigint-inherited-ignored", "sigterm"],
+)
+def test_a_signal_to_provision_alone_during_verify_stops_the_smoke_tests_child(
+    tmp_path: Path, sig: signal.Signals, inherited: str
 ) -> None:
-    """The smoke test's child is importing a TensorFlow that never finishes; SIGINT goes to
-    provision's PID only. provision says it was interrupted (130) and no process it started is
-    left: not the payload, not the payload's child in its own session. Also when provision was
-    started with SIGINT ignored, as a background job of a non-interactive shell (`cmd &` in a
-    script or a CI job) is."""
+    """The smoke test's child is importing a TensorFlow that never finishes; the signal goes to
+    provision's PID only. provision says it was interrupted (130), or terminated (143, SIGTERM:
+    `timeout`, systemd, a scheduler's job kill), no process it started is left (not the payload,
+    not the payload's child in its own session) and neither is verify's temporary folder. Also
+    when provision was started with SIGINT ignored, as a background job of a non-interactive shell
+    (`cmd &` in a script or a CI job) is."""
     ready = tmp_path / "importing"
     python = fake_tensorflow(
         tmp_path,
@@ -66,24 +71,31 @@ def test_sigint_to_provision_alone_during_verify_stops_the_smoke_tests_child(
         time.sleep(600)
         """,
     )
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     marker = str(python)  # every process of the smoke test runs this interpreter
     proc = subprocess.Popen(
         [str(PROVISION), "verify", "--python", str(python)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         preexec_fn=_ignore_sigint if inherited == "ignored" else None,
+        env={**os.environ, "TMPDIR": str(tmp)},
     )  # fmt: skip
     try:
         wait_for(lambda: ready.exists() or proc.poll() is not None, "the import never started")
         assert proc.poll() is None, proc.communicate()
         children = processes_with(marker)
         assert any("--child" in p for p in children), children  # two levels down
-        os.kill(proc.pid, signal.SIGINT)
+        assert [p.name for p in tmp.glob("provision-verify-*")], "verify made no folder"
+        os.kill(proc.pid, sig)
         _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 130, err
-        assert err.strip().splitlines()[-1] == "provision: interrupted"
+        terminated = sig == signal.SIGTERM
+        assert proc.returncode == (143 if terminated else 130), err
+        word = "terminated" if terminated else "interrupted"
+        assert err.strip().splitlines()[-1] == f"provision: {word}"
         assert "Traceback" not in err
         # The kernel delivers the parent-death signal as provision's children exit.
         wait_for(lambda: not processes_with(marker), f"left running: {processes_with(marker)}", 10)
+        assert not list(tmp.glob("provision-verify-*")), "verify's temporary folder was left"
     finally:
         for line in processes_with(marker):
             os.kill(int(line.split()[0]), signal.SIGKILL)

@@ -34,7 +34,7 @@ from provision.cli.common import (
     solver_option,
 )
 from provision.cli.strict import refuse_given, refuse_other_paths, repeated_option
-from provision.errors import ProvisionError
+from provision.errors import ProvisionError, Terminated
 
 if TYPE_CHECKING:
     from provision.install.build import BuildOptions
@@ -65,10 +65,11 @@ class Group(click.Group):
             if details and ctx.find_root().meta.get(VERBOSITY, 1) > 1:
                 click.echo(details.rstrip("\n"), err=True)  # e.g. the resolver's own words
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             _stop_progress(ctx)
-            click.echo("provision: interrupted", err=True)
-            ctx.exit(130)
+            stopped = isinstance(exc, Terminated)
+            click.echo(f"provision: {'terminated' if stopped else 'interrupted'}", err=True)
+            ctx.exit(143 if stopped else 130)
         except OSError as exc:  # a path the file system refused, met where no module expected it
             _stop_progress(ctx)
             click.echo(f"provision: error: {_os_error(exc)}", err=True)
@@ -469,4 +470,13 @@ def main() -> None:
     # an install, a verify or a bench. A caught SIGINT is reset to its default in the children
     # provision starts, so they can be interrupted too.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGTERM (`timeout`, systemd, a scheduler's job kill) unwinds the same way, exit 143: without
+    # it, verify and bench left their temporary folders. A caller that started provision with
+    # SIGTERM ignored is obeyed. A handled signal is default again in every child.
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, _terminated)
     cli(prog_name="provision")
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated()
