@@ -1,14 +1,15 @@
 """PyTorch and JAX beside TensorFlow: each one found in the environment sees the GPUs TensorFlow
-sees, runs a matmul on one, and (PyTorch) names the cuDNN it loaded, which must be the one
-TensorFlow loaded: one copy of each library in the process."""
+sees, runs a matmul and a convolution on one, and names the cuDNN it loaded, which must be the
+one TensorFlow loaded and the lock's: one copy of each library in the process."""
 
 import importlib.util
 import os
 import re
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from . import cudalibs, probes
 from .context import Ctx
+from .judgements import same_release
 from .report import Result, result
 from .status import FAIL, PASS, SKIP
 
@@ -44,7 +45,24 @@ def _jax(ctx: Ctx) -> Dict[str, Any]:
         got = jax.device_put(a, devices[0]) @ jax.device_put(a, devices[0])
         ref = jax.device_put(a, jax.devices("cpu")[0]) @ jax.device_put(a, jax.devices("cpu")[0])
         info["matmul_max_error"] = float(abs(jax.device_get(got) - jax.device_get(ref)).max())
+        # A convolution makes JAX load cuDNN, as TensorFlow's check did.
+        x = jax.device_put(jnp.ones((1, 4, 8, 8), dtype=jnp.float32), devices[0])
+        w = jax.device_put(jnp.ones((4, 4, 3, 3), dtype=jnp.float32), devices[0])
+        info["conv"] = float(jax.lax.conv(x, w, (1, 1), "SAME")[0, 0, 4, 4])
+        info["cudnn"] = _jax_cudnn()
     return info
+
+
+def _jax_cudnn() -> Optional[str]:
+    """The cuDNN jaxlib's CUDA plugin loaded, as its own version check asks it (None when this
+    jaxlib has no such module)."""
+    try:
+        from jax._src.lib import cuda_versions
+
+        value = cuda_versions.cudnn_get_version() if cuda_versions is not None else None
+    except Exception:
+        return None
+    return cudalibs.cudnn_version(int(value)) if value else None
 
 
 def _cudnn_copies() -> List[str]:
@@ -80,10 +98,11 @@ def check_frameworks(ctx: Ctx) -> Result:
     folders = {os.path.dirname(os.path.realpath(p)) for p in copies}
     if len(folders) > 1:
         problems.append(f"cuDNN is loaded from {len(folders)} places: {sorted(folders)}")
-    torch_cudnn = (details.get("torch") or {}).get("cudnn")
-    tf_cudnn = ctx.expected.get("cudnn_locked") or None
-    if torch_cudnn and tf_cudnn and not torch_cudnn.startswith(str(tf_cudnn)):
-        problems.append(f"torch loaded cuDNN {torch_cudnn}, the lock holds {tf_cudnn}")
+    locked = ctx.expected.get("cudnn_locked") or None
+    for name in found:
+        cudnn = (details.get(name) or {}).get("cudnn")
+        if cudnn and locked and not same_release(cudnn, locked):
+            problems.append(f"{name} loaded cuDNN {cudnn}, the lock holds {locked}")
     if problems:
         return result(FAIL, "; ".join(problems), **details)
     return result(PASS, "beside TensorFlow: " + "; ".join(seen), **details)

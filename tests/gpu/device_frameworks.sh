@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the air-gapped GPU machine: an environment holding TensorFlow and PyTorch, built from a
+# On the air-gapped GPU machine: an environment holding TensorFlow and PyTorch (or JAX), built from a
 # provision bundle with the host's python3 and no network, then proven: `provision verify
 # --require-gpu` (its frameworks check runs PyTorch on the GPU beside TensorFlow and compares the
 # cuDNN it loaded with the lock), and one process that runs both frameworks on the GPU and lists
@@ -33,8 +33,9 @@ start=$(date +%s)
 log "verify --require-gpu: exit $? in $(($(date +%s) - start)) s"
 "$pv" verify "$name" --require-gpu 2>&1 | tail -30 | tee "$out/verify.txt"
 "$pv" show "$name" >>"$out/steps.log" 2>&1
-for order in tf-first torch-first; do
-	env -i HOME=/root PATH=/usr/bin:/bin "$prefix/bin/python" "$here/frameworks_probe.py" "$order" \
+other=$("$prefix/bin/python" -c 'import importlib.util as u; print("torch" if u.find_spec("torch") else "jax")')
+for order in tf-first "$other-first"; do
+	env -i HOME=/root PATH=/usr/bin:/bin "$prefix/bin/python" "$here/frameworks_probe.py" "$order" "$other" \
 		>"$out/one-process-$order.json" 2>>"$out/probe.stderr"
 	log "one process, $order: exit $?"
 	cat "$out/one-process-$order.json"

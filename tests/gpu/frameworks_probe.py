@@ -1,8 +1,11 @@
-"""TensorFlow and PyTorch in one process, as a user's script has them: each runs a matmul and a
-convolution on the GPU (the convolution makes each load cuDNN), then the process's own map says
-which cuDNN and cuBLAS files are loaded, and from where. Prints one JSON object.
+"""TensorFlow and PyTorch (or JAX) in one process, as a user's script has them: each runs a matmul
+and a convolution on the GPU (the convolution makes each load cuDNN), then the process's own map
+says which cuDNN and cuBLAS files are loaded, and from where. Prints one JSON object.
 
-    PREFIX/bin/python tests/gpu/frameworks_probe.py [torch-first]
+    PREFIX/bin/python tests/gpu/frameworks_probe.py [tf-first|torch-first|jax-first] [torch|jax]
+
+Both frameworks share the GPU's memory: TensorFlow grows its use (TF_FORCE_GPU_ALLOW_GROWTH) and
+JAX allocates as it goes (XLA_PYTHON_CLIENT_PREALLOCATE=false) unless the caller set otherwise.
 """
 
 import json
@@ -44,13 +47,34 @@ def run_torch() -> dict:
             "conv_centre": float(c[0, 0, 16, 16])}  # fmt: skip
 
 
+def run_jax() -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    a = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (4096, 4096)), gpus[0])
+    m = (a @ a).block_until_ready()
+    x = jax.device_put(jnp.ones((1, 8, 32, 32)), gpus[0])  # NCHW
+    c = jax.lax.conv(x, jax.device_put(jnp.ones((8, 8, 3, 3)), gpus[0]), (1, 1), "SAME")
+    return {"version": jax.__version__, "gpus": [str(g) for g in gpus],
+            "matmul_on": str(sorted(m.devices(), key=str)), "conv_on": str(c.devices()),
+            "conv_centre": float(c[0, 0, 16, 16])}  # fmt: skip
+
+
+RUNS = {"tensorflow": run_tf, "torch": run_torch, "jax": run_jax}
+
+
 def main() -> None:
-    order = ["torch", "tensorflow"] if "torch-first" in sys.argv else ["tensorflow", "torch"]
+    os.environ.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    first = sys.argv[1] if len(sys.argv) > 1 else "tf-first"
+    other = sys.argv[2] if len(sys.argv) > 2 else "torch"
+    order = [other, "tensorflow"] if first == f"{other}-first" else ["tensorflow", other]
     out: dict = {"order": order, "LD_LIBRARY_PATH": os.environ.get("LD_LIBRARY_PATH")}
     start = time.time()
     for name in order:
         try:
-            out[name] = run_tf() if name == "tensorflow" else run_torch()
+            out[name] = RUNS[name]()
         except Exception as exc:  # the report says what failed; the caller judges
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
     out["seconds"] = round(time.time() - start, 1)
