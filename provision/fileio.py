@@ -40,7 +40,7 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def _umask() -> int:
+def umask() -> int:
     """The process's umask, read where Linux shows it (/proc/self/status), not by setting it and
     back: that round trip gives every other thread's new files the stand-in mask for a moment."""
     try:
@@ -65,7 +65,7 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, mode: int | No
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o666 & ~_umask() if mode is None else mode)
+            os.fchmod(fh.fileno(), 0o666 & ~umask() if mode is None else mode)
             fh.write(payload)
             fh.flush()
             os.fsync(fh.fileno())

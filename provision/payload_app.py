@@ -9,7 +9,6 @@ atomically and checked before each use, so concurrent runs (and other users) can
 
 from __future__ import annotations
 
-import os
 import stat
 import zipfile
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Literal
 
-from provision.fileio import sha256_bytes, write_atomic
+from provision.fileio import sha256_bytes, umask, write_atomic
 
 Program = Literal["smoke", "bench"]
 
@@ -73,9 +72,7 @@ def write_zipapp(dest: Path) -> Path:
     an exported environment, where `python -I smoke-test.pyz smoke --json` needs no provision."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    umask = os.umask(0)
-    os.umask(umask)
-    write_atomic(dest, _zip_bytes(_members()), 0o755 & ~umask)
+    write_atomic(dest, _zip_bytes(_members()), 0o755 & ~umask())
     return dest
 
 

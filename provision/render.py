@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from provision import diskread, environment, paths, userpackages
 from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
-from provision.fileio import dump_yaml_for_people, sha256_bytes, sha256_text
+from provision.fileio import dump_yaml_for_people, sha256_bytes, sha256_text, umask
 from provision.matrix import Matrix, kinds
 from provision.matrix.spec import EnvRequest, EnvSpec, all_specs, default_name, expected
 from provision.steps import StepResult
@@ -395,6 +395,7 @@ def _write_all(
     plans: dict[str, _OnDisk | None] = {}
     conflicts: list[str] = []
     for env_name, files in rendered.items():
+        _finish_interrupted(out, env_name)
         if (out / env_name).exists() and not (out / env_name).is_dir():
             raise RenderError(f"{_display(out, env_name)} is a file, not an environment directory")
         disk = _OnDisk.read(out / env_name)
@@ -435,11 +436,20 @@ def _write_all(
             )
 
 
-@cache
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def _finish_interrupted(out: Path, env_name: str) -> None:
+    """What a render of env_name killed mid-way left (it has no chance to clean up): the old
+    directory moved aside goes back where the swap took it from, unless the new one got there;
+    then it, and a half-written new one, are removed. Only provision's names: mkdtemp's suffix."""
+    suffix = "[a-z0-9_]" * 8
+    aside = [p for p in out.glob(f".{env_name}.old-{suffix}") if not p.is_symlink() and p.is_dir()]
+    try:
+        if len(aside) == 1 and not os.path.lexists(out / env_name):
+            os.rename(aside.pop(), out / env_name)
+        for left in [*aside, *out.glob(f".{env_name}.render-{suffix}")]:
+            if not left.is_symlink() and left.is_dir():
+                shutil.rmtree(left)
+    except OSError as exc:
+        raise RenderError(f"cannot finish an interrupted render of {env_name}: {exc}") from exc
 
 
 def _write_env(
@@ -454,7 +464,7 @@ def _write_env(
     old = out / f".{env_name}.old-{tmp.name.rsplit('-', 1)[-1]}"
     swapped = False
     try:
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; an env dir is an ordinary one
+        tmp.chmod(0o777 & ~umask())  # mkdtemp makes it private; an env dir is an ordinary one
         for folder in sorted({os.path.dirname(rel) for rel in files} - {""}):
             (tmp / folder).mkdir(parents=True, exist_ok=True)
         for rel, text in files.items():

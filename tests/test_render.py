@@ -15,7 +15,6 @@ After an intended template change, regenerate them with
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
@@ -25,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import clitools
@@ -898,59 +896,97 @@ def _complete(env: Path) -> bool:
     )
 
 
-@pytest.mark.parametrize("after", [0, 4, 9])
-def test_killed_render_never_leaves_half_a_directory(tmp_path: Path, after: int) -> None:
-    """SIGKILL (no cleanup at all) mid-render: each env dir is then the old or the new one.
+# Python code that SIGKILLs its own process (no clean-up at all) just before the nth audit event
+# EVENT whose argument ARG holds MATCH: a kill at a chosen point of the render, every time, with
+# no race between a watcher and the render (the render can be faster than any watcher).
+KILL_AT = (
+    "import os, signal, sys\n"
+    "def _kill_at(event, args, seen=[0]):\n"
+    "    if event == {event!r} and {match!r} in str(args[0]):\n"
+    "        seen[0] += 1\n"
+    "        if seen[0] == {nth}:\n"
+    "            os.kill(os.getpid(), signal.SIGKILL)\n"
+    "sys.addaudithook(_kill_at)\n"
+)
 
-    The kill comes as soon as `after` environments are rewritten and the next one is being
-    written (a temporary directory exists), so it lands inside a render, not before or after it.
-    """
+
+@pytest.mark.parametrize(
+    ("event", "match", "nth"),
+    [
+        ("os.mkdir", ".render-", 1),  # before the first new directory exists
+        ("os.mkdir", ".render-", 10),
+        ("open", ".render-", 1),  # a new directory half written
+        ("open", ".render-", 30),
+        ("os.rename", ".render-", 1),  # between a swap's two renames: the old one is aside
+        ("os.rename", ".render-", 10),
+        ("shutil.rmtree", ".old-", 5),  # the new one in place, the old one not yet removed
+    ],
+)
+def test_killed_render_never_leaves_half_a_directory(
+    tmp_path: Path, event: str, match: str, nth: int
+) -> None:
+    """SIGKILL mid-render: each env dir is then the old or the new one, the user's lock in it,
+    and the next render finishes what the killed one left (nothing of it stays beside them)."""
     out = tmp_path / "envs"
     command = [*WITH_FIXTURE, "render", "--all", "--out", str(out)]
     first = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     assert first.returncode == 0, first.stderr
     names = sorted(p.name for p in out.iterdir())
+    assert len(names) >= 10
+    for name in names:
+        # As if rendered by older templates, so the next render rewrites every directory.
+        (out / name / "hooks" / "runtime.env").write_text("old\n")
+        meta = json.loads((out / name / "provision.json").read_text())
+        meta["files"]["hooks/runtime.env"] = hashlib.sha256(b"old\n").hexdigest()
+        (out / name / "provision.json").write_text(json.dumps(meta))
+        (out / name / "requirements.lock").write_text(f"# the user's lock of {name}\n")
+    hook = KILL_AT.format(event=event, match=match, nth=nth)
+    killed = subprocess.run(
+        [command[0], command[1], hook + command[2], *command[3:]],
+        cwd=ROOT,
+        capture_output=True,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    aside = 0
+    for name in names:
+        env = out / name
+        if not env.exists():
+            # Only between the two renames of a swap: the old directory is kept aside, whole.
+            kept = list(out.glob(f".{name}.old-*"))
+            assert len(kept) == 1 and _complete(kept[0]), name
+            aside += 1
+        else:
+            assert _complete(env), name
+    assert aside == (event == "os.rename")
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in out.iterdir()) == names  # no .render-* or .old-* left
+    for name in names:
+        assert _complete(out / name), name
+        assert (out / name / "hooks" / "runtime.env").read_text() != "old\n"
+        assert (out / name / "requirements.lock").read_text() == f"# the user's lock of {name}\n"
 
-    def make_old() -> None:
-        for name in names:
-            # As if rendered by older templates, so the next render rewrites every directory.
-            (out / name / "hooks" / "runtime.env").write_text("old\n")
-            meta = json.loads((out / name / "provision.json").read_text())
-            meta["files"]["hooks/runtime.env"] = hashlib.sha256(b"old\n").hexdigest()
-            (out / name / "provision.json").write_text(json.dumps(meta))
 
-    def rewritten() -> int:
-        count = 0
-        for name in names:
-            with contextlib.suppress(OSError):  # being swapped right now
-                count += (out / name / "hooks" / "runtime.env").read_text() != "old\n"
-        return count
-
-    interrupted = 0
-    for _ in range(5):
-        make_old()
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
-            if rewritten() >= after and any(out.glob(".*.render-*")):
-                proc.send_signal(signal.SIGKILL)
-                break
-        proc.wait()
-        interrupted += proc.returncode == -signal.SIGKILL and rewritten() < len(names)
-        for name in names:
-            env = out / name
-            if env.exists():
-                assert _complete(env), name
-            else:
-                # Only between the two renames of a swap; the old directory is then kept aside.
-                aside = list(out.glob(f".{name}.old-*"))
-                assert len(aside) == 1 and _complete(aside[0]), name
-                aside[0].rename(env)
-        for leftover in out.glob(".*"):
-            shutil.rmtree(leftover)
-        if interrupted:
-            break
-    assert interrupted, "the render always finished before the kill; nothing was tested"
+def test_a_render_leaves_alone_what_only_looks_like_its_leftovers(tmp_path: Path) -> None:
+    """The next render of a name, even one that finds it unchanged, removes only what its own kind
+    of name holds: a directory with mkdtemp's suffix; a symlink or another suffix stays."""
+    out = tmp_path / "envs"
+    command = [*WITH_FIXTURE, "render", "--tf", "2.13", "--path", "pip", "--out", str(out)]
+    assert subprocess.run(command, cwd=ROOT, capture_output=True, check=False).returncode == 0
+    name = next(p.name for p in out.iterdir())
+    (out / f".{name}.render-abcd1234").mkdir()  # provision's own, left by a kill
+    theirs = [out / f".{name}.render-notes", out / f".{name}.old-mine"]
+    for path in theirs:
+        path.mkdir()
+        (path / "notes.txt").write_text("mine\n")
+    (out / f".{name}.old-zz99zz99").symlink_to(out / f".{name}.old-mine")
+    assert subprocess.run(command, cwd=ROOT, capture_output=True, check=False).returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [name, f".{name}.render-notes", f".{name}.old-mine", f".{name}.old-zz99zz99"]
+    )
+    for path in theirs:
+        assert (path / "notes.txt").read_text() == "mine\n"
 
 
 # --- where templates come from ---
