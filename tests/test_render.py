@@ -897,7 +897,7 @@ def _complete(env: Path) -> bool:
 
 
 # Python code that SIGKILLs its own process (no clean-up at all) just before the nth audit event
-# EVENT whose argument ARG holds MATCH: a kill at a chosen point of the render, every time, with
+# EVENT whose first argument holds MATCH: a kill at a chosen point of the render, every time, with
 # no race between a watcher and the render (the render can be faster than any watcher).
 KILL_AT = (
     "import os, signal, sys\n"
