@@ -138,6 +138,8 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old: Locked, new: Locked, verify
             if not outcome.ok:
                 raise VerifyError(f"{env.name} no longer verifies: {outcome.as_step().summary}")
             result.lines.append(outcome.as_step(env.name).summary)
+            if outcome.still_broken:
+                result.lines.append(outcome.still_broken)
     except BaseException:
         sync.restore(prefix, done.before, done.after, report)
         if record is not None:
@@ -145,9 +147,11 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old: Locked, new: Locked, verify
         raise
     prefix_hooks.keep_source(env, prefix)  # the copy the build keeps follows its inputs
     if not verify:
-        from provision.facts import store
+        from provision.verify import baseline
 
-        store.record_quietly(env.name, "add")
+        standing = baseline.record_after(env.name, "add")
+        if standing:
+            result.lines.append(baseline.still_broken_line(env.name, standing, "an add"))
 
 
 def moved(old: Locked | None, new: Locked) -> list[str]:

@@ -171,4 +171,6 @@ def verify_lines(result: VerifyResult) -> list[str]:
     notes = [", ".join(o.name for o in result.failures), result.cpu_only]
     shown = "; ".join(n for n in notes if n)
     out.append(f"verify: {verdict}" + (f" ({shown})" if shown else ""))
+    if result.still_broken:
+        out.append(result.still_broken)
     return out

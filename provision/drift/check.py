@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from provision import registry
-from provision.drift.compare import Change, DriftSubject, compare
 from provision.errors import ProvisionError, UsageError
 from provision.facts import store
 from provision.facts.collect import Facts, HostFacts, env_facts, host_facts
+from provision.verify.baseline import subject
+from provision.verify.changes import Change, compare
 
 if TYPE_CHECKING:
     from provision.verify import VerifyResult
@@ -138,7 +139,7 @@ def _judge(name: str, rec: registry.Record | str, host: HostFacts) -> EnvCheck:
         old = store.get(name)
     except store.FactsError as exc:
         return EnvCheck(name, "unknown", problem=str(exc))
-    target = _target(rec)
+    target = subject(rec)
     now = env_facts(Path(rec.prefix), Path(rec.interpreter), rec.python)
     changes = tuple(compare(old, host, now, target))
     return EnvCheck(name, "drift" if changes else "ok", changes, baseline=_baseline(old))
@@ -146,46 +147,6 @@ def _judge(name: str, rec: registry.Record | str, host: HostFacts) -> EnvCheck:
 
 def _baseline(old: Facts) -> str:
     return f"{old.source} {time.strftime('%Y-%m-%d %H:%M', time.localtime(old.at))}"
-
-
-def _target(rec: registry.Record) -> DriftSubject:
-    from provision import matrix
-
-    release = cuda = None
-    try:
-        m = matrix.load()
-        release = m.release(rec.tf)
-        cuda = m.cuda_of(release)
-    except ProvisionError:
-        pass
-    return DriftSubject(rec.name, rec.tf, release, cuda, _lock_pins(rec), rec.interpreter)
-
-
-def _lock_pins(rec: registry.Record) -> dict[str, str]:
-    """name -> version the lock pins (a conda lock: its linux-64 packages, pip ones included)."""
-    from provision.matrix import kinds
-
-    try:
-        kind: kinds.PathKind | None = kinds.of(rec.path)
-    except UsageError:
-        kind = None  # a path name provision does not know: read as a requirements lock
-    lock = Path(rec.env_dir) / (kind.lock_file if kind is not None else "requirements.lock")
-    try:
-        text = lock.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return {}
-    try:
-        if kind is not None and kind.conda_env:
-            from provision.lock import condafile
-            from provision.lock.requirements import norm
-
-            pkgs = condafile.parse(text, lock.name).versions()
-            return {norm(k): v for k, v in (pkgs.get("linux-64") or {}).items()}
-        from provision.lock.requirements import pins
-
-        return pins(text)
-    except (ProvisionError, ValueError, KeyError, TypeError):
-        return {}
 
 
 def _reverify(one: EnvCheck, rec: registry.Record, timeout: float) -> EnvCheck:
@@ -208,4 +169,8 @@ def _reverify(one: EnvCheck, rec: registry.Record, timeout: float) -> EnvCheck:
     summary = "PASS" if result.ok else "FAIL: " + ", ".join(o.name for o in result.failures)
     if result.cpu_only:
         summary += f" ({result.cpu_only})"
-    return replace(one, reverified=Reverified(result.ok, summary, result))
+    if result.still_broken:  # passed without vouching for a break: it stays found
+        summary += f"; {result.still_broken}"
+    return replace(
+        one, reverified=Reverified(result.ok and not result.still_broken, summary, result)
+    )

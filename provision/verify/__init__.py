@@ -1,4 +1,6 @@
-"""Verify: run an environment's smoke test inside it and compare its report with the spec.
+"""Verify: run an environment's smoke test inside it and compare its report with the spec; a pass
+records the baseline `provision check` compares with (provision.verify.baseline: never over a
+break it did not vouch for; provision.verify.changes: what changed since the baseline).
 
 The smoke test ships once, as provision's payload (provision/payload, run from one zipapp by the
 environment's own interpreter: provision.payload_app); it judges itself against the spec's
@@ -70,6 +72,9 @@ class VerifyResult:
     checks: tuple[Outcome, ...]
     findings: tuple[Outcome, ...]  # the report's facts against the spec
     report: JSONObject = field(repr=False)  # the smoke test's, as validate() accepted it
+    # Passed, but a break it does not vouch for stands (provision.verify.baseline): what and how
+    # to proceed, in one line; "" otherwise.
+    still_broken: str = ""
 
     @property
     def ok(self) -> bool:
@@ -117,6 +122,7 @@ class VerifyResult:
             "cpu_only": self.cpu_only or None,
             "checks": [o.as_json() for o in self.checks],
             "findings": [o.as_json() for o in self.findings],
+            "still_broken": self.still_broken or None,
             "report": self.report,
         }
 
@@ -419,9 +425,17 @@ def verify(
                 env.name, registry.LastVerify(result.ok, gpus, summary, time.time(), cpu_ok)
             )
             if result.ok:  # the facts `provision check` compares with later
-                from provision.facts import store
+                from dataclasses import replace
 
-                store.record_quietly(env.name, "verify", gpus)
+                from provision.verify import baseline
+
+                standing = baseline.record_after(env.name, "verify", gpus)
+                if standing:
+                    by = (
+                        f"a smoke test on {gpus} GPU(s)" if gpus else "a smoke test on the CPU only"
+                    )
+                    line = baseline.still_broken_line(env.name, standing, by)
+                    result = replace(result, still_broken=line)
     return result
 
 

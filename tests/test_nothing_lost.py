@@ -1,0 +1,85 @@
+"""What a user does is not lost or silently undone, on a real TensorFlow environment (slow): a
+break stays found after a smoke test that did not vouch for it.
+
+One environment, created as the README's newcomer does (`create --tf 2.13 --path pip`), shared
+by the tests of this module; each test leaves it as it found it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import clitools
+import pytest
+
+from provision import tools
+
+TF = "2.13"
+PYTHON = "3.11"
+NAME = f"tf{TF}-pip"
+
+provision = functools.partial(clitools.provision, timeout=1800)
+
+
+@dataclass(frozen=True)
+class Real:
+    home: dict[str, str]  # PROVISION_HOME
+    out: Path  # the envs/ folder it was rendered into
+    prefix: Path
+
+    def run(self, *args: str | Path, cwd: Path | None = None) -> tuple[int, str, str]:
+        done = provision(*args, env=self.home, cwd=cwd)
+        return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Real]:
+    if not tools.python_candidates(PYTHON):
+        pytest.skip(f"TensorFlow {TF} needs Python {PYTHON}, which this host does not have")
+    base = tmp_path_factory.mktemp("nothing-lost")
+    home = {"PROVISION_HOME": str(base / "home")}
+    done = provision("create", "--tf", TF, "--path", "pip", "--python", PYTHON, "--out",
+                     base / "envs", "--json", env=home, cwd=base)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["name"] == NAME
+    yield Real(home, base / "envs", Path(str(data["python"])).parent.parent)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_smoke_test_on_the_cpu_does_not_make_a_break_the_new_baseline(
+    real: Real, tmp_path: Path
+) -> None:
+    (lib,) = real.prefix.glob("lib/python*/site-packages/nvidia/cudnn/lib/libcudnn_ops_train.so.8")
+    aside = tmp_path / lib.name
+    shutil.move(lib, aside)
+    try:
+        code, out, _ = real.run("check", NAME)
+        assert code == 1 and "BREAKS  library " in out and "libcudnn_ops_train.so.8" in out, out
+        # The smoke test passes (on the CPU here, which never loads that library; on a GPU it
+        # need not load it either): the break is not its new baseline.
+        code, out, _ = real.run("check", NAME, "--verify")
+        assert code == 1, out
+        assert "verify: PASS" in out and "new baseline" not in out
+        (kept,) = [ln.strip() for ln in out.splitlines() if "baseline kept" in ln]
+        assert kept.startswith(f"{NAME}: baseline kept, still broken: library ")
+        assert "does not vouch for it); fix: " in kept
+        assert kept.endswith(f"fix: `provision install {NAME} --force`, then "
+                             f"`provision check {NAME} --verify`")  # fmt: skip
+        assert "need attention" in out.splitlines()[-1]
+        # Nor does `verify` itself, which passes, and says so.
+        code, out, _ = real.run("verify", NAME)
+        assert code == 0 and "verify: PASS" in out and "baseline kept, still broken" in out, out
+        code, out, _ = real.run("check", NAME)
+        assert code == 1 and "BREAKS  library " in out, out  # still found
+    finally:
+        shutil.move(aside, lib)
+    # The right file put back is no change: the baseline was never moved.
+    code, out, _ = real.run("check", NAME)
+    assert code == 0 and f"{NAME}: unchanged since" in out, out
