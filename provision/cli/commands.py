@@ -445,13 +445,13 @@ def _install_from_bundle(
 def _register_use_commands() -> None:
     """bench, list, show, remove, run, kernel, export, fleet, bundle, cache, check, add, drop,
     matrix update: after the workflow's own."""
-    from provision.cli import matrix_update, packages
+    from provision.cli import bench_cmd, matrix_update, packages
     from provision.cli import use as cli_use
     from provision.cli.cachecmd import cache_cmd
     from provision.cli.drift_report import check_cmd
 
     for command in (
-        cli_use.bench_cmd, cli_use.list_cmd, cli_use.show_cmd, cli_use.remove_cmd,
+        bench_cmd.bench_cmd, cli_use.list_cmd, cli_use.show_cmd, cli_use.remove_cmd,
         cli_use.run_cmd, cli_use.kernel_cmd, cli_use.export_cmd, cli_use.fleet_cmd,
         cli_use.bundle_cmd, cache_cmd, check_cmd, packages.add_cmd, packages.drop_cmd,
     ):  # fmt: skip

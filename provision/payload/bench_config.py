@@ -29,8 +29,16 @@ from .bench_model import (
 )
 from .bench_profile import PROFILED_STEPS, profile
 from .bench_profile import summary as profile_summary
-from .bench_schema import PRECISIONS, Config, Run
-from .bench_train import Clock, CustomTrainer, FitTrainer, Skipped, accuracy, event
+from .bench_schema import PRECISIONS, Config, Run, at_chance
+from .bench_train import (
+    Clock,
+    CustomTrainer,
+    FitTrainer,
+    Skipped,
+    accuracy,
+    event,
+    loss_scale,
+)
 from .gpu_policy import apply as apply_policy
 from .gpu_policy import summary as policy_summary
 
@@ -150,6 +158,7 @@ def run_config(
             trainer.train(extra_steps, None)
         acc = accuracy(model, x_test, y_test, gb, tf, args.jit == "on")
         observed = trainer.observed()
+        scale = loss_scale(trainer.optimizer_in_use())
         shape = [int(d) for d in model.input_shape[1:]]
         norms = batchnorm_kinds(tf, model)
         dtype = compute_dtype(model)
@@ -182,6 +191,8 @@ def run_config(
         "input_shape": shape,
         "strategy": type(strategy).__name__,
         "replicas": int(strategy.num_replicas_in_sync),
+        "loss_scale": scale,
+        "at_chance": at_chance(acc, 1.0 / classes),
     }
 
 

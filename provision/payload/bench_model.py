@@ -103,16 +103,22 @@ def build_model(tf: ModuleType, args: argparse.Namespace, classes: int) -> Any:
     size = args.image_size
     shape = (3, size, size) if args.data_format == "channels_first" else (size, size, 3)
     if args.model == "resnet50":
-        base = keras.applications.ResNet50(weights=None, input_shape=shape, classes=classes)
+        # The classifier gives logits; the softmax runs in float32 on top. Inside ResNet50 it
+        # ran in the policy's dtype: in float16 a wrong, confident prediction's probability
+        # underflows, the loss's gradient overflows at every step, the loss scale falls step
+        # after step, every update is skipped and the model stays at chance (tests/gpu/
+        # fp16_softmax.py measured it; Keras's mixed-precision guide asks for a float32 softmax).
+        base = keras.applications.ResNet50(
+            weights=None, input_shape=shape, classes=classes, classifier_activation=None
+        )
         if args.batchnorm != "default":
             base = keras.models.clone_model(base, clone_function=batchnorm_as(tf, args.batchnorm))
         for layer in base.layers:
             if isinstance(layer, keras.layers.BatchNormalization):
                 layer.momentum = BN_MOMENTUM
         inputs = keras.Input(shape)
-        # The classifier's softmax stays float32 under mixed precision (numerical stability).
         logits = base(inputs)
-        outputs = keras.layers.Activation("linear", dtype="float32")(logits)
+        outputs = keras.layers.Activation("softmax", dtype="float32")(logits)
         return keras.Model(inputs, outputs)
     if args.model == "mlp":
         # Wide dense layers: matmul-bound, the case where tensor-core precisions can pay off.

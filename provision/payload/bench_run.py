@@ -108,6 +108,20 @@ def parse_args(argv: list[str] | None = None, prog: str = "bench") -> argparse.N
     return p.parse_args(argv)
 
 
+def chance_note(row: Run) -> str:
+    """What a run at chance accuracy says: it learnt nothing, and why when the loss scale shows."""
+    if not row.get("at_chance"):
+        return ""
+    text = (
+        f"{row['gpus']} x {row['precision']}: accuracy {row['accuracy']:.3f} is at chance: it "
+        "learnt nothing, so its speed is not a result to use"
+    )
+    scale = row.get("loss_scale")
+    if scale is not None and scale < 1:
+        text += f" (the loss scale fell to {scale:g}: gradients overflowed and steps were skipped)"
+    return text
+
+
 def speedups(runs: list[Run], messages: list[str]) -> None:
     """Each run's speed-up over 1 x float32 (else the smallest run), and its scaling
     efficiency."""
@@ -211,6 +225,10 @@ def main(argv: Optional[List[str]] = None, prog: str = "bench") -> int:
             else:
                 row: Run = outcome["run"]
                 runs.append(row)
+                note = chance_note(row)
+                if note:
+                    messages.append(note)
+                    event(event="warn", text=note)
                 event(
                     event="result",
                     images_per_s=row["images_per_s"],

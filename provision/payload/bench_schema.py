@@ -19,7 +19,7 @@ Schema 2 (one environment): {"schema": 2, "tool": "provision-bench",
             "accuracy", "speedup", "efficiency", "first_step_s", "seconds", "estimate_s",
             "executions", "timed_steps", "xla", "optimizer_xla", "compute_dtype",
             "batchnorm_layers", "input_shape", "strategy", "replicas", "pipeline",
-            "custom_traces", "profile"}],
+            "custom_traces", "profile", "loss_scale", "at_chance"}],
   "failed": [{"gpus", "precision", "error"}], "skipped": [{"gpus", "precision", "reason"}]
   (a first step stopped by --max-seconds: "compile over N s: ..."),
   "messages": [...]}
@@ -118,7 +118,17 @@ RUN_FIELDS = (
     "pipeline",
     "custom_traces",
     "profile",
+    "loss_scale",
+    "at_chance",
 )
+# A run "at chance" learnt nothing: its held-out accuracy is within this of chance. The synthetic
+# task holds out 512 images, where chance (0.10) has a standard error of 0.013: 0.05 is about four.
+CHANCE_MARGIN = 0.05
+
+
+def at_chance(accuracy: float, chance: float) -> bool:
+    """Whether a run's held-out accuracy says it learnt nothing (its speed is then no result)."""
+    return accuracy < chance + CHANCE_MARGIN
 
 
 # What the benchmark writes, typed where it is made (the host reads reports of any schema version
@@ -161,6 +171,8 @@ class _Run(Config):
     input_shape: List[int]
     strategy: str
     replicas: int
+    loss_scale: Optional[float]  # mixed_float16: the dynamic loss scale at the end, else null
+    at_chance: bool
 
 
 class Run(_Run, total=False):

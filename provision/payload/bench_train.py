@@ -195,6 +195,9 @@ class FitTrainer:
             self.ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Marks()], shuffle=False
         )
 
+    def optimizer_in_use(self) -> Any:
+        return self.model.optimizer
+
     def observed(self) -> Observed:
         optimizer = self.model.optimizer
         inner = getattr(optimizer, "inner_optimizer", optimizer)
@@ -310,6 +313,9 @@ class CustomTrainer:
             if clock is not None and not clock.mark(min(done, steps) - 1):
                 return
 
+    def optimizer_in_use(self) -> Any:
+        return self.optimizer
+
     def observed(self) -> Observed:
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         xla = getattr(inner, "jit_compile", None)
@@ -333,3 +339,18 @@ def accuracy(model: Any, x: Any, y: Any, batch: int, tf: Any = None, jit: bool =
     else:
         p = model.predict(x, batch_size=batch, verbose=0)
     return float(np.mean(np.argmax(p, axis=-1) == np.asarray(y)))
+
+
+def loss_scale(optimizer: Any) -> Optional[float]:
+    """A LossScaleOptimizer's dynamic loss scale now (mixed_float16), else None. It starts at
+    2**15 and halves at every step whose gradients are not finite (the step is skipped): a scale
+    far below its start says most steps were skipped."""
+    for name in ("dynamic_scale", "loss_scale"):  # Keras 3, Keras 2
+        value = getattr(optimizer, name, None)
+        if value is None or callable(value):
+            continue
+        try:
+            return float(value.numpy() if hasattr(value, "numpy") else value)
+        except (TypeError, ValueError):
+            return None
+    return None
