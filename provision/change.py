@@ -49,6 +49,7 @@ def add(found: Found, specs: Sequence[str], *, verify: bool = True,
 
 def drop(found: Found, names: Sequence[str], *, verify: bool = True,
          report: Report = nothing) -> Changed:  # fmt: skip
+    found.rewritable("provision drop")  # where, before what
     env = found.env
     conda = env.kind.conda_env
     mine = {p.name: p for p in env.packages()}
@@ -85,7 +86,7 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
     from provision.install.sync import Locked
 
     env = found.env
-    found.editable(f"provision {'drop' if dropping else 'add'}")
+    found.rewritable(f"provision {'drop' if dropping else 'add'}")
     result = Changed(env.name)
     if old_text == new_text and _fresh(env):
         result.lines.append(f"{env.user_file}: nothing to change ({what} as it is)")

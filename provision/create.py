@@ -143,6 +143,7 @@ def create(
     for given in packages:  # a bad spec is refused before anything is written
         parse_spec(given, kind.conda_env, "--with")
     # Everything that can be checked is checked before the first file is written.
+    place.check_same_source(env_spec.name, (Path(out) / env_spec.name).absolute(), options.replace)
     if prefix is not None:
         target = place.followed(Path(prefix).absolute())
         build.check_prefix(target)

@@ -286,6 +286,7 @@ class Found:
     env: EnvDir
     record: registry.Record | None
     kept: bool = False  # env is the copy its build keeps: the directory it came from is gone
+    via_registry: bool = False  # the record's directory: no --out, not ./envs/NAME
 
     def editable(self, what: str) -> None:
         """UsageError when `what` would change the environment's inputs and they are the copy a
@@ -297,6 +298,30 @@ class Found:
                 f"keeps a copy ({self.env.root}) that provision only reads; to change it, copy "
                 f"it back (provision export {self.env.name} DIR) and work there"
             )
+
+    def rewritable(self, what: str) -> None:
+        """UsageError when `what` would rewrite the environment's inputs (packages.in, the lock)
+        in a directory the user did not point at: the record's, outside the current folder (a
+        repository's committed lock, another project's). --out, or running it there, says so."""
+        self.editable(what)
+        if not self.via_registry:
+            return
+        here = Path(os.path.realpath(Path.cwd()))
+        root = Path(os.path.realpath(self.env.root))
+        if root == here or here in root.parents:
+            return
+        mine = DEFAULT_OUT / self.env.name
+        other = (
+            f" (this folder's {mine} is another {self.env.name}: `--out {DEFAULT_OUT}` changes "
+            "that one)"
+            if os.path.lexists(mine / MANIFEST)
+            else ""
+        )
+        raise UsageError(
+            f"{what}: {self.env.name} was made from {self.env.root}, outside this folder, and "
+            f"would rewrite its {USER_FILE} and lock there; run it in {self.env.root.parent.parent}"
+            f" or pass --out {self.env.root.parent}{other}"
+        )
 
     @property
     def prefix(self) -> Path:
@@ -310,7 +335,7 @@ def find(name: str, out: Path | None = None) -> Found:
     check_name(name)
     record = registry.get(name)
     if out is None and record is not None and os.path.lexists(Path(record.env_dir) / MANIFEST):
-        return Found(load(Path(record.env_dir)), record)
+        return Found(load(Path(record.env_dir)), record, via_registry=True)
     base = out if out is not None else DEFAULT_OUT
     folder = base / name
     if not os.path.lexists(folder / MANIFEST) and out is None and record is not None:

@@ -83,3 +83,25 @@ def test_a_smoke_test_on_the_cpu_does_not_make_a_break_the_new_baseline(
     # The right file put back is no change: the baseline was never moved.
     code, out, _ = real.run("check", NAME)
     assert code == 0 and f"{NAME}: unchanged since" in out, out
+
+
+@pytest.mark.slow
+def test_create_in_another_folder_does_not_replace_the_readmes_environment(
+    real: Real, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    marker = (real.prefix / ".provision-install.json").read_bytes()
+    code, out, err = real.run("create", "--tf", TF, "--path", "pip", "--python", PYTHON,
+                              "--with", "pandas", cwd=project)  # fmt: skip
+    assert code == 1, out + err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"provision: error: {NAME} is already built here ({real.prefix}) from ")
+    assert line.endswith(f"pass --replace to rebuild {NAME} from {project / 'envs' / NAME}")
+    assert list(project.iterdir()) == []  # nothing rendered
+    assert (real.prefix / ".provision-install.json").read_bytes() == marker
+    # add from there (no --out) does not rewrite the README's directory either.
+    code, out, err = real.run("add", NAME, "pandas", cwd=project)
+    assert code == 2 and "outside this folder" in err, out + err
+    code, out, _ = real.run("check", NAME)
+    assert code == 0 and f"{NAME}: unchanged since" in out, out

@@ -187,6 +187,10 @@ cli.add_command(lock_cmd)
 @click.option("--prefix", type=SafePath(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Rebuild even when the environment is complete.")
 @click.option(
+    "--replace", "replace_other", is_flag=True,
+    help="Rebuild NAME from here though it is built from another directory (replaces that one).",
+)  # fmt: skip
+@click.option(
     "--installer", type=click.Choice(("auto", "uv", "pip")), default="auto", show_default=True,
     help="pip path: what installs the lock into the venv (auto: uv, pip when uv is missing).",
 )  # fmt: skip
@@ -201,6 +205,7 @@ def install_cmd(
     out: Path | None,
     prefix: Path | None,
     force: bool,
+    replace_other: bool,
     installer: str,
     solver: str,
     as_json: bool,
@@ -217,7 +222,7 @@ def install_cmd(
     from provision import install
     from provision.install.build import BuildOptions
 
-    options = BuildOptions(prefix, force, installer, solver, script_args)  # type: ignore[arg-type]
+    options = BuildOptions(prefix, force, installer, solver, script_args, replace_other)  # type: ignore[arg-type]
     if bundle is not None:
         _install_from_bundle(name, out, options, as_json, bundle=bundle, require_gpu=require_gpu,
                              no_verify=no_verify, quiet=quiet)  # fmt: skip
@@ -262,6 +267,10 @@ def install_cmd(
 @jupyter_option
 @click.option("--prefix", type=SafePath(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Overwrite hand edits, re-lock, rebuild, re-verify.")
+@click.option(
+    "--replace", "replace_other", is_flag=True,
+    help="Rebuild NAME from here though it is built from another directory (replaces that one).",
+)  # fmt: skip
 @solver_option
 @click.option("--channel", "channels", multiple=True, callback=nonblank,
               help="conda path: lock against this channel.")  # fmt: skip
@@ -281,6 +290,7 @@ def create_cmd(
     jupyter: bool,
     prefix: Path | None,
     force: bool,
+    replace_other: bool,
     solver: str,
     channels: tuple[str, ...],
     as_json: bool,
@@ -301,7 +311,8 @@ def create_cmd(
     request = EnvRequest(tf, path, python, name, GpuPolicy(gpu_memory, gpus), jupyter, pre)
     shown = presenter()
     result = create.create(
-        request, BuildOptions(prefix=prefix, force=force, solver=solver), out=out,
+        request, BuildOptions(prefix=prefix, force=force, solver=solver, replace=replace_other),
+        out=out,
         channels=channels, packages=packages_given(with_, requirement_files),
         progress=lambda step: _show_step(shown, step), report=shown,
     )  # fmt: skip

@@ -68,7 +68,7 @@ def lock_cmd(
     found = _find(name, out)
     refuse_other_paths(ctx, found.env.path)
     if not check:
-        found.editable("provision lock")
+        found.rewritable("provision lock")
     if check and (upgrade or upgrade_packages):
         raise click.UsageError("--check locks nothing; it takes no --upgrade")
     moving = () if upgrade else upgrade_packages if upgrade_packages else None

@@ -31,6 +31,7 @@ from provision.install.place import (
     OLD,
     PrefixState,
     check_not_another,
+    check_same_source,
     finish_leftovers,
     followed,
     read_marker,
@@ -94,6 +95,7 @@ class BuildOptions:
     installer: Installer = "auto"
     solver: str = "auto"
     script_args: tuple[str, ...] = ()  # install-system.sh's own options (system path)
+    replace: bool = False  # rebuild NAME from here though it was built from another directory
 
 
 def install(
@@ -113,6 +115,8 @@ def install(
     prefix, force, script_args = options.prefix, options.force, options.script_args
     installer, solver = options.installer, options.solver
     start = time.monotonic()
+    if offline is None:  # a bundle's own rule (same lock, or --force) decides what it replaces
+        check_same_source(env.name, env.root.absolute(), options.replace)
     if not force:
         env.check_reviewed()
     needs_lock = not env.kind.host_toolkit or "--skip-venv" not in script_args

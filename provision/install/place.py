@@ -91,6 +91,24 @@ def check_not_another(name: str, target: Path) -> None:
             )
 
 
+def check_same_source(name: str, env_root: Path, replace: bool) -> None:
+    """An environment of this name registered from another directory is someone's own (another
+    project's, the README's): a build from here would replace it with no word. Only --replace
+    does. A directory of the record that is gone counts as another: its build is still in use."""
+    record = registry.get(name)
+    if record is None or replace:
+        return
+    theirs, mine = os.path.realpath(record.env_dir), os.path.realpath(env_root)
+    if theirs == mine:
+        return
+    gone = "" if os.path.isdir(record.env_dir) else ", which is gone now"
+    raise InstallError(
+        f"{name} is already built here ({record.prefix}) from {record.env_dir}{gone}; provision "
+        f"will not replace it with {env_root}: give this one another name (--name), or pass "
+        f"--replace to rebuild {name} from {env_root}"
+    )
+
+
 OLD = ".provision-old"  # a complete environment kept while its replacement is built
 NEW = ".provision-new"  # a prefix being made, with its marker, before it is renamed into place
 
