@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from provision.install import prefix_hooks
 from provision.matrix import kinds
 
 KERNEL_PREFIX = "provision-"
+PIP_NAME = re.compile(r"pip(\d+(\.\d+)?)?")  # pip, pip3, pip3.11
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,25 @@ def run_argv(found: Found, command: Sequence[str]) -> tuple[list[str], dict[str,
     exe = shutil.which(command[0], path=env.get("PATH"))
     if exe is None:
         raise UsageError(f"{command[0]}: no such command in {found.env.name} or on PATH")
+    _check_own_pip(found.env.name, command[0], exe, Path(record.prefix))
     return [exe, *command[1:]], env
+
+
+def _check_own_pip(name: str, given: str, exe: str, prefix: Path) -> None:
+    """`pip` inside `run` means the environment's pip, as in `conda run`. An environment uv built
+    has none, and the pip found on PATH then is the host's: it would install outside the
+    environment with no word. Refused; a path given in full is the user's own choice."""
+    if "/" in given or not PIP_NAME.fullmatch(given):
+        return
+    here = Path(os.path.realpath(prefix))
+    if here in Path(os.path.realpath(Path(exe).parent)).parents:
+        return
+    python = environment.interpreter(prefix)
+    raise UsageError(
+        f"{given}: {name} has no pip of its own (uv built it); the {given} on PATH ({exe}) would "
+        f"act outside it: add packages with `provision add {name} PKG` (locked with TensorFlow), "
+        f"or run `uv pip install --python {python} PKG` (by hand, unlocked)"
+    )
 
 
 # -- Jupyter -----------------------------------------------------------------------------------

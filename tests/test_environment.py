@@ -93,6 +93,41 @@ def test_run_executes_inside_the_environment_with_its_exit_code(built: Env, tmp_
             os.environ.pop(key)
 
 
+def test_pip_in_run_never_falls_through_to_the_hosts(built: Env, tmp_path: Path) -> None:
+    """uv built tiny: it has no pip, and the pip on PATH is another's (here a stand-in that
+    leaves a mark when it runs)."""
+    host = tmp_path / "host-bin"
+    host.mkdir()
+    ran = tmp_path / "host-pip-ran"
+    for name in ("pip", "pip3"):
+        (host / name).write_text(f"#!/bin/sh\ntouch {ran}\n")
+        (host / name).chmod(0o755)
+    env = {"PROVISION_HOME": str(built.home), "PATH": f"{host}:{os.environ['PATH']}"}
+    for pip in ("pip", "pip3"):
+        done = clitools.provision("run", "tiny", "--", pip, "install", "six", env=env,
+                                  cwd=tmp_path, timeout=120)  # fmt: skip
+        assert done.returncode == 2, done.stdout + done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert line == (
+            f"provision: error: {pip}: tiny has no pip of its own (uv built it); the {pip} on "
+            f"PATH ({host / pip}) would act outside it: add packages with `provision add tiny "
+            f"PKG` (locked with TensorFlow), or run `uv pip install --python "
+            f"{built.prefix}/bin/python PKG` (by hand, unlocked)"
+        )
+    assert not ran.exists()
+    # A pip the environment has is its own, and runs; a path given in full is the user's choice.
+    own = built.prefix / "bin" / "pip"
+    own.write_text(f"#!/bin/sh\necho own pip > {tmp_path / 'own'}\n")
+    own.chmod(0o755)
+    try:
+        done = clitools.provision("run", "tiny", "--", "pip", "--version", env=env, timeout=120)
+        assert done.returncode == 0 and (tmp_path / "own").read_text() == "own pip\n"
+    finally:
+        own.unlink()
+    done = clitools.provision("run", "tiny", "--", str(host / "pip"), env=env, timeout=120)
+    assert done.returncode == 0 and ran.exists()
+
+
 def test_remove_deletes_only_what_provision_built(built: Env) -> None:
     code, out = run_cli("remove", "tiny")
     assert code == 0, out

@@ -1,5 +1,6 @@
 """What a user does is not lost or silently undone, on a real TensorFlow environment (slow): a
-break stays found after a smoke test that did not vouch for it.
+break stays found after a smoke test that did not vouch for it; an environment of the same name
+made in another folder does not replace it; `pip` inside `run` does not reach the host's Python.
 
 One environment, created as the README's newcomer does (`create --tf 2.13 --path pip`), shared
 by the tests of this module; each test leaves it as it found it.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -105,3 +107,18 @@ def test_create_in_another_folder_does_not_replace_the_readmes_environment(
     assert code == 2 and "outside this folder" in err, out + err
     code, out, _ = real.run("check", NAME)
     assert code == 0 and f"{NAME}: unchanged since" in out, out
+
+
+@pytest.mark.slow
+def test_pip_in_run_does_not_install_into_the_hosts_python(real: Real, tmp_path: Path) -> None:
+    assert not (real.prefix / "bin" / "pip").exists()  # uv built it: no pip of its own
+    host = tmp_path / "bin"
+    host.mkdir()
+    ran = tmp_path / "host-pip-ran"
+    (host / "pip").write_text(f"#!/bin/sh\ntouch {ran}\n")  # the host's pip, as PATH finds it
+    (host / "pip").chmod(0o755)
+    done = provision("run", NAME, "--", "pip", "install", "six", cwd=tmp_path,
+                     env={**real.home, "PATH": f"{host}:{os.environ['PATH']}"})  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"`provision add {NAME} PKG`" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not ran.exists()
