@@ -101,7 +101,7 @@ def run(
     timeout: float = 600,
     check: bool = True,
     capture: bool = True,
-    input: str | None = None,
+    input: str | bytes | None = None,
     keep_fds: Sequence[int] = (),
     group: bool = False,
 ) -> Completed:
@@ -200,7 +200,7 @@ def _wind_up(proc: subprocess.Popen[Any], readers: Sequence[Any], until: float, 
 
 
 def _communicate(
-    proc: subprocess.Popen[bytes], input: str | None, deadline: float, group: bool
+    proc: subprocess.Popen[bytes], input: str | bytes | None, deadline: float, group: bool
 ) -> tuple[str, str]:
     """Output of proc, read until it exits and its pipes close, by `deadline` (TimeoutExpired
     after killing it). Once the child has exited, output is read for PIPE_GRACE_S more: what it
@@ -217,7 +217,11 @@ def _communicate(
     ]
     if input is not None:
         threads.append(
-            threading.Thread(target=_feed, args=(proc.stdin, input.encode()), daemon=True)
+            threading.Thread(
+                target=_feed,
+                args=(proc.stdin, input if isinstance(input, bytes) else input.encode()),
+                daemon=True,
+            )
         )
     for th in threads:
         th.start()

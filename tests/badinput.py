@@ -139,6 +139,7 @@ SKIP = {"--help", "--version"}
 # Options that name a file to read or an interpreter to run (else: a directory or a new file).
 FILE_OPTIONS = {
     "--inventory", "--bundle", "--from-bundle", "--plot", "-o", "--output", "--prom", "-r",
+    "--sign", "--trust", "--revoked",
 }  # fmt: skip
 INTERPRETER_OPTIONS = {"--python"}
 # bench's options validated by Click's ranges and its own callbacks.

@@ -22,6 +22,7 @@ from typing import BinaryIO
 
 from provision.bundle import bundle_fetch as fetch
 from provision.bundle import bundle_self
+from provision.bundlefile import bundle_sign
 from provision.bundlefile.bundle_format import (
     BOOTSTRAP,
     CHUNK,
@@ -158,11 +159,15 @@ def build(
     wheelhouse: Path | None = None,
     report: Report = nothing,
     force: bool = False,
+    sign: Path | None = None,
 ) -> BundleResult:
     """Write the bundle of `env` to `output` (or its parts output.001, ...); an existing file
-    there is replaced only with `force`, and never one that is not a regular file."""
+    there is replaced only with `force`, and never one that is not a regular file. `sign`: an SSH
+    key that signs the manifest (bundle_sign)."""
     started = time.monotonic()
     check_output(output, split is not None, force)
+    if sign is not None:
+        bundle_sign.check_key(sign)  # before any download
     if with_toolkit and not env.kind.host_toolkit:
         raise UsageError(f"--with-toolkit is for the system path; {env.name} is on the {env.path}")
     env.check_reviewed()
@@ -206,7 +211,11 @@ def build(
             f"writing {len(items)} members ({manifest.member_bytes / 1e6:.1f} MB) to {output}",
         )
     )
-    files, digest = write(output, manifest, items, split, force)
+    signature = None
+    if sign is not None:
+        report(Event("step", f"signing the manifest with {sign}"))
+        signature = bundle_sign.sign(manifest.dumps(), sign)
+    files, digest = write(output, manifest, items, split, force, signature)
     return BundleResult(
         env.name, tuple(files), digest, sum(f.stat().st_size for f in files), len(items),
         manifest.member_bytes, time.monotonic() - started,
@@ -250,9 +259,11 @@ def write(
     items: Sequence[fetch.Item],
     split: int | None,
     force: bool = False,
+    signature: bytes | None = None,
 ) -> tuple[list[Path], str]:
-    """The tar: the manifest, then every item as the manifest lists it, each checked against the
-    manifest's sha256 as it is added. Nothing is left at `output` unless all of it was written."""
+    """The tar: the manifest, its signature if any, then every item as the manifest lists it,
+    each checked against the manifest's sha256 as it is added. Nothing is left at `output` unless
+    all of it was written."""
     import io
 
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -266,6 +277,9 @@ def write(
         ) as tar:
             data = manifest.dumps()
             tar.addfile(tar_info(MANIFEST, len(data)), io.BytesIO(data))
+            if signature is not None:
+                info = tar_info(bundle_sign.SIGNATURE, len(signature))
+                tar.addfile(info, io.BytesIO(signature))
             for item, member in zip(items, manifest.members, strict=True):
                 with open(item.path, "rb") as fh:
                     checked = _Checked(fh)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from provision import environment, install, registry
+from provision.bundlefile import bundle_sign
 from provision.bundlefile.bundle_format import (
     CHUNK,
     MANIFEST,
@@ -41,6 +42,7 @@ from provision.bundlefile.bundle_format import (
     member_name,
 )
 from provision.bundlefile.bundle_io import BundleSource, Reader, open_source
+from provision.bundlefile.bundle_sign import SIG_LIMIT, SIGNATURE, Signature, Trust
 from provision.environment import EnvDir
 from provision.errors import InstallError, UsageError
 from provision.fileio import sha256_bytes
@@ -64,6 +66,7 @@ class FromBundle:
     installed: install.InstallResult
     verified: VerifyResult | None
     seconds: dict[str, float] = field(default_factory=dict)
+    signature: Signature = field(default_factory=lambda: Signature("unsigned"))
 
     @property
     def ok(self) -> bool:
@@ -78,6 +81,7 @@ class FromBundle:
             "member_bytes": self.member_bytes,
             "install": self.installed.as_json(),
             "verify": self.verified.as_json() if self.verified else None,
+            "signature": self.signature.as_json(),
             "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
             "ok": self.ok,
         }
@@ -98,10 +102,12 @@ def install_from_bundle(
     verify: bool = True,
     timeout: float = 180.0,
     report: Report = nothing,
+    trust: Trust | None = None,
 ) -> FromBundle:
     """Build the bundle's environment with no network: options as for install, except that
     options.force replaces a registered environment of the same name built from other inputs
-    (the build itself is never forced: a complete prefix of the same inputs is kept)."""
+    (the build itself is never forced: a complete prefix of the same inputs is kept). With
+    `trust`, a bundle not signed by a trusted signer is refused before anything is copied."""
     solver, force = options.solver, options.force
     seconds: dict[str, float] = {}
     started = time.monotonic()
@@ -109,7 +115,8 @@ def install_from_bundle(
     reader = Reader(source)
     try:
         with tarfile.open(fileobj=reader, mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
-            manifest, digest = _manifest(tar, reader, source)
+            manifest, digest, signature, first = _manifest(tar, source, trust)
+            report(Event("step", f"{source.shown}: {signature.line()}"))
             if name is not None and name != manifest.name:
                 raise UsageError(f"{source.shown} is a bundle of {manifest.name}, not of {name}")
             check_same_inputs(manifest, source.shown, force)
@@ -127,7 +134,7 @@ def install_from_bundle(
                     + "; ".join(problems) + "; nothing was copied"
                 )  # fmt: skip
             with staging_dir(digest) as staging:
-                unpack(tar, reader, source, manifest, staging, report)
+                unpack(tar, reader, source, manifest, staging, report, first, signature)
                 seconds["unpack"] = time.monotonic() - started
                 env = place_env(staging / "env" / manifest.name, out)
                 _fault("unpacked")
@@ -159,13 +166,15 @@ def install_from_bundle(
     seconds["total"] = time.monotonic() - started
     return FromBundle(
         manifest.name, source.shown, env.root, len(manifest.members), manifest.member_bytes,
-        result, checked, seconds,
+        result, checked, seconds, signature,
     )  # fmt: skip
 
 
 def _manifest(
-    tar: tarfile.TarFile, reader: Reader, source: BundleSource
-) -> tuple[BundleManifest, str]:
+    tar: tarfile.TarFile, source: BundleSource, trust: Trust | None
+) -> tuple[BundleManifest, str, Signature, tarfile.TarInfo | None]:
+    """The manifest, checked against its signature (the next member, if signed) before it is
+    believed; and the member after them, the first the manifest lists."""
     info = tar.next()
     if info is None or member_name(info) != MANIFEST:
         raise BundleError(
@@ -178,7 +187,15 @@ def _manifest(
         )
     fh = tar.extractfile(info)
     data = fh.read(MANIFEST_LIMIT + 1) if fh is not None else b""
-    return BundleManifest.loads(data, source.shown), sha256_bytes(data)
+    after, sig = tar.next(), None
+    if after is not None and member_name(after) == SIGNATURE:
+        if after.size > SIG_LIMIT or not after.isreg():
+            raise BundleError(f"{source.shown}: its {SIGNATURE} is not a signature")
+        sig_fh = tar.extractfile(after)
+        sig = sig_fh.read(SIG_LIMIT) if sig_fh is not None else b""
+        after = tar.next()
+    signature = bundle_sign.check(data, sig, trust, source.shown)
+    return BundleManifest.loads(data, source.shown), sha256_bytes(data), signature, after
 
 
 MANIFEST_LIMIT = 64 << 20  # a bundle of 100,000 members has a manifest of about 20 MB
@@ -286,10 +303,13 @@ def staging_dir(digest: str) -> Iterator[Path]:
 
 def unpack(
     tar: tarfile.TarFile, reader: Reader, source: BundleSource, manifest: BundleManifest,
-    into: Path, report: Report,
+    into: Path, report: Report, first: tarfile.TarInfo | None, signature: Signature,
 ) -> None:  # fmt: skip
-    """Every member the manifest lists, in its order, each checked against its sha256 and size;
-    nothing the manifest does not list; then the rest of the bundle (its parts' checksums)."""
+    """Every member the manifest lists, in its order (the first already read: `first`), each
+    checked against its sha256 and size; nothing the manifest does not list; then the rest of the
+    bundle (its parts' checksums)."""
+    pending = [first]
+    signed = signature.state != "unsigned"
     group = ""
     half = len(manifest.members) // 2
     for number, member in enumerate(manifest.members):
@@ -298,25 +318,37 @@ def unpack(
             count = len(manifest.group(group))
             size = sum(m.size for m in manifest.group(group))
             report(Event("info", f"unpacking {group}: {count} file(s), {size / 1e6:.1f} MB"))
-        info = tar.next()
+        info = pending.pop() if pending else tar.next()
         if info is None:
             raise BundleError(f"{source.shown} ends before {member.name}: it is truncated")
         if member_name(info) != member.name or not info.isreg():
             raise BundleError(
-                f"{source.shown} holds {info.name} where its manifest lists {member.name}"
+                f"{source.shown} holds {info.name} where its {_signed(signed)}manifest lists "
+                f"{member.name}{_after(signed)}; nothing was installed"
             )
-        _extract(tar, info, member, into / member.name, source)
+        _extract(tar, info, member, into / member.name, source, signed)
         report(Event("detail", f"{member.name}: {human_size(member.size)}, sha256 checked"))
         if number == half:
             _fault("unpacking")
-    extra = tar.next()
+    extra = pending.pop() if pending else tar.next()
     if extra is not None:
-        raise BundleError(f"{source.shown} holds {extra.name}, which its manifest does not list")
+        raise BundleError(
+            f"{source.shown} holds {extra.name}, which its {_signed(signed)}manifest does not "
+            f"list{_after(signed)}; nothing was installed"
+        )
     reader.drain()
 
 
+def _signed(signed: bool) -> str:
+    return "signed " if signed else ""
+
+
+def _after(signed: bool) -> str:
+    return " (added or changed after it was signed)" if signed else ""
+
+
 def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo, member: Member, dest: Path,
-             source: BundleSource) -> None:  # fmt: skip
+             source: BundleSource, signed: bool) -> None:  # fmt: skip
     dest.parent.mkdir(parents=True, exist_ok=True)
     fh = tar.extractfile(info)
     if fh is None:
@@ -338,9 +370,10 @@ def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo, member: Member, dest: 
             "free space for the whole bundle)"
         ) from exc
     if size != member.size or h.hexdigest() != member.sha256:
+        how = "was changed after it was signed" if signed else "is corrupt"
         raise BundleError(
-            f"{member.name} in {source.shown} is corrupt (sha256 {h.hexdigest()}, {size} bytes; "
-            f"the manifest says {member.sha256}, {member.size} bytes)"
+            f"{member.name} in {source.shown} {how} (sha256 {h.hexdigest()}, {size} bytes; "
+            f"the {_signed(signed)}manifest says {member.sha256}, {member.size} bytes)"
             f"{source.holding(info.offset_data, member.size)}; nothing was installed"
         )
 

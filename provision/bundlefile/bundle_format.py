@@ -5,6 +5,8 @@ The tar is uncompressed (wheels and conda packages are compressed already) and h
 
     manifest.json        what the bundle builds, what the target needs, every member's size and
                          sha256 (in tar order) and a digest of the manifest itself
+    manifest.json.sig    with `provision bundle --sign KEY`: the manifest's SSH signature
+                         (bundle_sign); not a member the manifest lists
     bootstrap.py         stdlib only: installs provision from the bundle on a host that has none
     provision/*.whl      provision and its dependencies, for the target's Python and platform
     env/NAME/...         the environment directory: provision.json, its reviewed files, the lock

@@ -214,6 +214,8 @@ def install_cmd(
     require_gpu: bool,
     no_verify: bool,
     quiet: bool,
+    trust: Path | None,
+    revoked: Path | None,
 ) -> None:
     """Build NAME on this machine from its lock (conda prefix, venv, or the system script).
 
@@ -225,10 +227,11 @@ def install_cmd(
     options = BuildOptions(prefix, force, installer, solver, script_args, replace_other)  # type: ignore[arg-type]
     if bundle is not None:
         _install_from_bundle(name, out, options, as_json, bundle=bundle, require_gpu=require_gpu,
-                             no_verify=no_verify, quiet=quiet)  # fmt: skip
+                             no_verify=no_verify, quiet=quiet, trust=(trust, revoked))  # fmt: skip
         return
     refuse_given(ctx, ["require_gpu"], "applies to --from-bundle only; after a build, check the "
                  "GPU with: provision verify NAME --require-gpu")  # fmt: skip
+    refuse_given(ctx, ["trust", "revoked"], "applies to --from-bundle only")
     refuse_given(ctx, ["no_verify", "quiet"], "applies to --from-bundle only (an install from a "
                  "lock never verifies; provision -q silences progress)")  # fmt: skip
     if name is None:
@@ -427,9 +430,10 @@ def verify_cmd(
 
 def _install_from_bundle(
     name: str | None, out: Path | None, options: BuildOptions, as_json: bool, *, bundle: Path,
-    require_gpu: bool, no_verify: bool, quiet: bool,
+    require_gpu: bool, no_verify: bool, quiet: bool, trust: tuple[Path | None, Path | None],
 ) -> None:  # fmt: skip
     from provision.bundle import unbundle
+    from provision.bundlefile import bundle_sign
     from provision.cli import present
 
     if name is not None and name.startswith("-"):  # `install --from-bundle B -- --opt`: no NAME
@@ -438,7 +442,7 @@ def _install_from_bundle(
     shown = presenter(quiet)
     result = unbundle.install_from_bundle(
         bundle, options, name=name, out=out, require_gpu=require_gpu, verify=not no_verify,
-        report=shown,
+        report=shown, trust=bundle_sign.trust_from(*trust),
     )  # fmt: skip
     shown.close()
     if as_json:
@@ -447,6 +451,7 @@ def _install_from_bundle(
         built = result.installed
         done = "already built" if built.skipped else f"built with {built.installer}"
         click.echo(f"{result.name}: {done} at {built.prefix} (inputs: {result.env_dir})")
+        click.echo(f"{result.name}: {result.signature.line()}")
         if result.verified is not None:
             click.echo("\n".join(present.verify_lines(result.verified)))
     if not result.ok:

@@ -116,6 +116,16 @@ pre_option = click.option(
 def bundle_install_options(f: F) -> F:
     """install --from-bundle: what only a bundle install takes."""
     f = click.option("-q", "--quiet", is_flag=True, help="--from-bundle: no progress on stderr.")(f)
+    f = click.option(
+        "--revoked", type=SafePath(path_type=Path, dir_okay=False, exists=True),
+        help="--from-bundle: keys no longer trusted (public keys or a KRL, as ssh-keygen -r "
+        "reads; default PROVISION_REVOKED, or PROVISION_HOME/revoked_signers).",
+    )(f)  # fmt: skip
+    f = click.option(
+        "--trust", type=SafePath(path_type=Path, dir_okay=False, exists=True),
+        help="--from-bundle: refuse a bundle not signed by a signer in this OpenSSH "
+        "allowed_signers file (default PROVISION_TRUST, or PROVISION_HOME/allowed_signers).",
+    )(f)  # fmt: skip
     f = click.option("--no-verify", is_flag=True, help="--from-bundle: skip the smoke test.")(f)
     f = click.option(
         "--require-gpu", is_flag=True,

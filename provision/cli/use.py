@@ -229,11 +229,14 @@ def fleet_cmd(
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle file (never a device).")
+@click.option("--sign", "key", type=SafePath(path_type=Path, dir_okay=False, exists=True),
+              help="Sign the manifest with this SSH key (ssh-keygen -Y sign; a private key, "
+              "or a public key whose private half ssh-agent holds).")  # fmt: skip
 def bundle_cmd(
     name: str, out: Path | None, output: Path | None, split: str | None, with_toolkit: bool,
     provision_python: str | None, glibc: str | None, platform: str | None,
     cache_dir: Path | None, provision_wheels: Path | None, quiet: bool, as_json: bool,
-    force: bool,
+    force: bool, key: Path | None,
 ) -> None:  # fmt: skip
     """One archive holding everything needed to build NAME on a machine with no network."""
     from provision.bundle import make as bundle
@@ -246,7 +249,7 @@ def bundle_cmd(
         _find(name, out).env, dest, force=force,
         split=bundle_format.parse_size(split) if split else None, with_toolkit=with_toolkit,
         cache_dir=cache_dir, provision_python=provision_python, glibc=glibc, platform=platform,
-        wheelhouse=provision_wheels, report=report,
+        wheelhouse=provision_wheels, report=report, sign=key,
     )  # fmt: skip
     report.close()
     if as_json:

@@ -14,6 +14,12 @@ provision: a second run with the same bundle installs nothing), then runs
 `VENV/bin/provision install --from-bundle BUNDLE ...`, which checks the whole bundle first. With
 --provision-only it stops before that, so that something can run first (provision fleet runs the
 doctor). Standard library only; it runs with any Python 3.8 or newer and says what is missing.
+
+Signed bundles (provision bundle --sign KEY): with a file of trusted signers (--trust FILE, which
+provision install takes too; else PROVISION_TRUST; else PROVISION_HOME/allowed_signers), the
+manifest's signature is checked with ssh-keygen before anything is unpacked or installed, and a
+bundle that is unsigned, signed by another key, or changed after it was signed is refused. Without
+one, provision install says whether the bundle is signed.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, NoReturn
 
 ROOT = "provision-bundle/"
+NAMESPACE = "provision-bundle"  # as provision.bundlefile.bundle_sign, which this cannot import
 PART_MAGIC = b"provision-bundle-part 1\n"
 PART_HEADER = 512
 
@@ -75,17 +82,97 @@ def open_stream(path: Path) -> Parts | BinaryIO:
     return Parts(path) if split else open(path, "rb")
 
 
-def read_manifest(tar: tarfile.TarFile, source: Path) -> dict[str, Any]:
+def read_manifest(tar: tarfile.TarFile, source: Path, trust: Trust | None) -> dict[str, Any]:
     info = tar.next()
     if info is None or info.name != ROOT + "manifest.json":
         fail(f"{source} is not a provision bundle (its first member is not the manifest)")
     data = tar.extractfile(info).read()  # type: ignore[union-attr]
+    if trust is not None:
+        after = tar.next()
+        sig = None
+        if after is not None and after.name == ROOT + "manifest.json.sig" and after.isreg():
+            sig = tar.extractfile(after).read(1 << 16)  # type: ignore[union-attr]
+        trust.check(data, sig, source)
     raw = json.loads(data.decode("utf-8"))
     digest = raw.pop("digest", None)
     text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
     if digest != hashlib.sha256(text.encode()).hexdigest():
         fail(f"{source}: the bundle's manifest is damaged (its digest does not match)")
     return raw  # type: ignore[no-any-return]
+
+
+class Trust:
+    """Trusted signers (an OpenSSH allowed_signers file) and revoked keys, checked by ssh-keygen
+    as provision's bundle_sign checks them."""
+
+    def __init__(self, allowed: Path, revoked: Path | None) -> None:
+        self.allowed = allowed
+        self.revoked = revoked
+
+    @classmethod
+    def configured(cls, options: list[str]) -> Trust | None:
+        def pick(flag: str, env: str, name: str) -> Path | None:
+            given = [options[i + 1] for i, a in enumerate(options[:-1]) if a == flag]
+            given += [a.split("=", 1)[1] for a in options if a.startswith(flag + "=")]
+            if given:
+                path = Path(given[-1]).expanduser()
+            elif os.environ.get(env):
+                path = Path(os.environ[env]).expanduser()
+            elif (home() / name).exists():
+                path = home() / name
+            else:
+                return None
+            if not path.is_file():
+                fail(f"{path} (the {flag[2:]} file) does not exist or is not a file")
+            return path.absolute()
+
+        allowed = pick("--trust", "PROVISION_TRUST", "allowed_signers")
+        revoked = pick("--revoked", "PROVISION_REVOKED", "revoked_signers")
+        return cls(allowed, revoked) if allowed is not None else None
+
+    def check(self, manifest: bytes, sig: bytes | None, source: Path) -> None:
+        if sig is None:
+            fail(f"{source} is not signed, and {self.allowed} says whose signatures to trust; "
+                 "nothing was unpacked")  # fmt: skip
+        from shutil import which
+
+        keygen = which("ssh-keygen")
+        if keygen is None:
+            fail(f"{source} is signed and {self.allowed} is configured, but ssh-keygen, which "
+                 "checks the signature, is not installed (apt-get install openssh-client); "
+                 "nothing was unpacked")  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="provision-sig-") as tmp:
+            sig_file = str(Path(tmp) / "manifest.json.sig")
+            Path(sig_file).write_bytes(sig)
+
+            def run(*args: str, data: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+                return subprocess.run([keygen, "-Y", *args], input=data, capture_output=True,
+                                      timeout=60, check=False)  # fmt: skip
+
+            whole = run("check-novalidate", "-n", NAMESPACE, "-s", sig_file, data=manifest)
+            if whole.returncode != 0:
+                fail(f"{source}: its manifest was changed after it was signed (or its signature "
+                     "is damaged); nothing was unpacked")  # fmt: skip
+            found = re.search(r" with (\S+ key \S+)", whole.stdout.decode(errors="replace"))
+            key = found.group(1) if found else "an unknown key"
+            names = run("find-principals", "-s", sig_file, "-f", str(self.allowed))
+            principal = names.stdout.decode(errors="replace").split()
+            if names.returncode != 0 or not principal:
+                why = re.search(r":\d+: (key [^\r\n]*)", names.stderr.decode(errors="replace"))
+                fail(f"{source} is signed by {key}, "
+                     + (f"which {self.allowed} lists, but {why.group(1)}" if why
+                        else f"which {self.allowed} does not trust")
+                     + "; nothing was unpacked")  # fmt: skip
+            verify = ["verify", "-f", str(self.allowed), "-I", principal[0], "-n", NAMESPACE,
+                      "-s", sig_file]  # fmt: skip
+            revoked = ["-r", str(self.revoked)] if self.revoked else []
+            if run(*verify, *revoked, data=manifest).returncode != 0:
+                revoked_only = revoked and run(*verify, data=manifest).returncode == 0
+                reason = "the key is revoked in " + str(self.revoked) if revoked_only else ""
+                fail(f"{source} is signed by {principal[0]} ({key}), but "
+                     f"{reason or 'ssh-keygen refuses it'}; nothing was unpacked")  # fmt: skip
+        print(f"bootstrap: signed by {principal[0]} ({key}), trusted in {self.allowed}",
+              flush=True)  # fmt: skip
 
 
 def extract_provision(tar: tarfile.TarFile, manifest: dict[str, Any], into: Path) -> None:
@@ -159,8 +246,9 @@ def main(argv: list[str]) -> int:
         fail(f"{bundle}: no such file")
     provision_only = "--provision-only" in argv[1:]
     options = [a for a in argv[1:] if a != "--provision-only"]
+    trust = Trust.configured(options)
     with tarfile.open(fileobj=open_stream(bundle), mode="r|") as tar:  # type: ignore[call-overload]
-        manifest = read_manifest(tar, bundle)
+        manifest = read_manifest(tar, bundle, trust)
         version, wanted = manifest["provision_version"], manifest["provision_python"]
         python = python_for(wanted)
         if python != sys.executable:
