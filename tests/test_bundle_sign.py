@@ -417,3 +417,26 @@ def test_bootstrap_checks_the_signature_then_installs_provision_and_the_bundle(
     assert "bootstrap: signed by alice@lab (ED25519 key SHA256:" in done.stdout
     assert "tiny: signed by alice@lab (ED25519 key SHA256:" in done.stdout
     assert (home / "venv" / "bin" / "provision").is_file()
+
+
+@needs_unshare
+def test_a_signed_split_bundle_is_checked_from_its_first_part(
+    env: Env, index: Index, wheelhouse: Path, keys: Keys, tmp_path: Path
+) -> None:
+    env.lock(index.add("1.0", payload=1 << 20))
+    base = make(env, tmp_path / "parts" / "tiny.tar", wheelhouse, "--split", "4M",
+                "--sign", str(keys.key("bob")))  # fmt: skip
+    parts = sorted(base.parent.glob("tiny.tar.*"))
+    assert len(parts) > 2
+    allowed = str(keys.allowed("bob@lab bob"))
+    # A copy whose manifest changed in part 1: refused before part 2 is read.
+    copy = tmp_path / "copy"
+    shutil.copytree(base.parent, copy)
+    flip(copy / parts[0].name, 512 + 512 + 60)  # part header, the manifest's tar header
+    refused(install(copy / parts[0].name, "--trust", allowed), tmp_path, tmp_path / "target",
+            "manifest was changed after it was signed")  # fmt: skip
+    done = provision_offline("install", "--from-bundle", str(parts[0]), "--no-verify",
+                             "--trust", allowed,
+                             env={"PROVISION_HOME": str(tmp_path / "t2")})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "tiny: signed by bob@lab (RSA key SHA256:" in done.stdout
