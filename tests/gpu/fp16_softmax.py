@@ -21,11 +21,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-from provision.payload import bench_model  # noqa: E402
-from provision.payload.bench_train import loss_scale  # noqa: E402
+from provision.payload import bench_model
+from provision.payload.bench_train import loss_scale
 
 
 def one(softmax: str, batchnorm: str, ns: argparse.Namespace) -> dict[str, object]:
@@ -41,7 +41,9 @@ def one(softmax: str, batchnorm: str, ns: argparse.Namespace) -> dict[str, objec
         weights=None, input_shape=shape, classes=10, classifier_activation=inside
     )
     if batchnorm != "default":
-        base = keras.models.clone_model(base, clone_function=bench_model.batchnorm_as(tf, batchnorm))
+        base = keras.models.clone_model(
+            base, clone_function=bench_model.batchnorm_as(tf, batchnorm)
+        )
     for layer in base.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.momentum = bench_model.BN_MOMENTUM
@@ -69,8 +71,10 @@ def one(softmax: str, batchnorm: str, ns: argparse.Namespace) -> dict[str, objec
     model.fit(ds, steps_per_epoch=ns.steps, epochs=1, verbose=0, callbacks=[Watch()])
     p = model.predict(xt, batch_size=ns.batch, verbose=0)
     acc = float(np.mean(np.argmax(p, axis=-1) == np.asarray(yt)))
-    skipped = sum(
-        1 for a, b in zip(scales, scales[1:]) if a is not None and b is not None and b < a
+    halvings = sum(
+        1
+        for i in range(1, len(scales))
+        if None not in scales[i - 1 : i + 1] and scales[i] < scales[i - 1]  # type: ignore[operator]
     )
     keras.backend.clear_session()
     return {
@@ -78,7 +82,7 @@ def one(softmax: str, batchnorm: str, ns: argparse.Namespace) -> dict[str, objec
         "batchnorm": batchnorm,
         "accuracy": round(acc, 4),
         "steps": ns.steps,
-        "scale_halvings": skipped,
+        "scale_halvings": halvings,
         "loss_scale_first": scales[0] if scales else None,
         "loss_scale_last": scales[-1] if scales else None,
         "loss": losses,
@@ -94,13 +98,19 @@ def main() -> int:
     p.add_argument("--batchnorm", default="default,fused")
     ns = p.parse_args()
     runs = [
-        one(softmax, bn, ns)
-        for bn in ns.batchnorm.split(",")
-        for softmax in ("float16", "float32")
+        one(softmax, bn, ns) for bn in ns.batchnorm.split(",") for softmax in ("float16", "float32")
     ]
-    print(json.dumps({"tensorflow": tf.__version__, "keras": tf.keras.__version__ if hasattr(
-        tf.keras, "__version__") else None, "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
-        "runs": runs}, indent=1))
+    print(
+        json.dumps(
+            {
+                "tensorflow": tf.__version__,
+                "keras": tf.keras.__version__ if hasattr(tf.keras, "__version__") else None,
+                "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+                "runs": runs,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 
