@@ -19,9 +19,11 @@ import itertools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal
 
-from provision import bench
+from provision import bench, diskread
+from provision.errors import UsageError
 from provision.payload import bench_schema
 from provision.progress import Event, Report, human_seconds, nothing
 
@@ -104,6 +106,7 @@ class Trial:
             "images_per_s": self.images_per_s,
             "first_step_s": self.first_step_s,
             "accuracy": self.accuracy,
+            "chance": self.chance,
             "at_chance": self.at_chance,
             "learns": self.learns,
             "seconds": round(self.seconds, 1),
@@ -152,6 +155,23 @@ class Search:
 @dataclass(frozen=True)
 class SearchResult:
     searches: tuple[Search, ...]
+
+    @classmethod
+    def from_json(cls, doc: object) -> SearchResult:
+        """A saved `bench --best --json` document; ValueError when it is not one."""
+        if not isinstance(doc, dict) or doc.get("tool") != SCHEMA_TOOL:
+            raise ValueError(f"not a {SCHEMA_TOOL} document")
+        searches = []
+        for item in _dicts(doc.get("searches")):
+            trials = [_trial(t) for t in _dicts(item.get("trials"))]
+            budget = _float(item.get("budget_s")) or 0.0
+            search = Search(str(item.get("environment")), budget, trials)
+            search.seconds = _float(item.get("seconds")) or 0.0
+            hw = item.get("hardware")
+            search.hardware = hw if isinstance(hw, dict) else None  # type: ignore[assignment]
+            search.error = str(item.get("error") or "")
+            searches.append(search)
+        return cls(tuple(searches))
 
     @property
     def ok(self) -> bool:
@@ -392,6 +412,34 @@ class _Searcher:
             best = bigger
 
 
+def _trial(item: dict[str, object]) -> Trial:
+    raw = item.get("setting")
+    setting = raw if isinstance(raw, dict) else {}
+    batch = setting.get("batch_per_replica")
+    report = item.get("report")
+    status = str(item.get("status"))
+    return Trial(
+        Setting(
+            batchnorm=str(setting.get("batchnorm") or "default"),
+            precision=str(setting.get("precision") or "float32"),
+            xla=bool(setting.get("xla")),
+            batch=batch if isinstance(batch, int) else 0,
+        ),
+        label=str(item.get("label")),
+        command=str(item.get("command")),
+        status=status if status in ("ran", "failed", "skipped") else "failed",  # type: ignore[arg-type]
+        reason=str(item.get("reason") or ""),
+        images_per_s=_float(item.get("images_per_s")),
+        first_step_s=_float(item.get("first_step_s")),
+        accuracy=_float(item.get("accuracy")),
+        chance=_float(item.get("chance")),
+        at_chance=bool(item.get("at_chance")),
+        learns=bool(item.get("learns")),
+        seconds=_float(item.get("seconds")) or 0.0,
+        report=report if isinstance(report, dict) else None,
+    )
+
+
 def _float(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
@@ -420,6 +468,26 @@ def _quiet(report: Report) -> Report:
             report(event)
 
     return forward
+
+
+def load(paths: Sequence[Path]) -> SearchResult | None:
+    """Saved searches (`bench --best --json`) as one result; None when the files are benchmark
+    reports instead. A mix of both, or a file that cannot be read, is a usage error."""
+    docs = []
+    for path in paths:
+        try:
+            docs.append(diskread.read_json(path, bench.REPORT_LIMIT))
+        except OSError as exc:
+            raise UsageError(f"--report {path}: {exc.strerror or exc}") from exc
+        except ValueError as exc:
+            raise UsageError(f"--report {path}: {exc}") from exc
+    kinds = [isinstance(d, dict) and d.get("tool") == SCHEMA_TOOL for d in docs]
+    if not any(kinds):
+        return None
+    if not all(kinds):
+        raise UsageError("--report: give saved searches (--best --json) or reports, not both")
+    searches = [s for d in docs for s in SearchResult.from_json(d).searches]
+    return SearchResult(tuple(searches))
 
 
 def run(

@@ -234,3 +234,19 @@ def test_search_on_the_cpu_with_real_tensorflow(tmp_path: Path) -> None:
     best = next(t for t in result["trials"] if t["label"] == result["best"])
     assert best["learns"] and best["report"]["runs"][0]["images_per_s"] == best["images_per_s"]
     assert result["seconds"] <= 240 + 120
+
+
+def test_a_saved_search_shows_again(tmp_path: Path) -> None:
+    _done, doc = search(tmp_path)
+    saved = tmp_path / "search.json"
+    saved.write_text(json.dumps(doc))
+    again = CliRunner().invoke(cli, ["bench", "--report", str(saved), "--json"])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout) == doc
+    table = CliRunner().invoke(cli, ["bench", "--report", str(saved)])
+    best = doc["searches"][0]
+    assert f"best: {best['best']}: " in table.stdout and best["best_command"] in table.stdout
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(best["trials"][0]["report"]))
+    mixed = CliRunner().invoke(cli, ["bench", "--report", str(saved), "--report", str(report)])
+    assert mixed.exit_code == 2 and "not both" in mixed.output

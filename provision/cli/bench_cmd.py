@@ -13,6 +13,7 @@ from provision.cli.args import SafePath, finite
 from provision.cli.common import _find, emit_json, find_option, presenter
 
 if TYPE_CHECKING:
+    from provision import bench_search
     from provision.bench import BenchOptions
 
 
@@ -158,6 +159,15 @@ def bench_cmd(
     if reports:
         if names or pythons:
             raise click.UsageError("--report shows saved reports: give no NAME or --python")
+        from provision import bench_search
+
+        saved = bench_search.load(reports)
+        if saved is not None:
+            for flag, given in (("--plot", plot), ("--markdown", markdown)):
+                if given:
+                    raise click.UsageError(f"saved searches show as a table or --json: no {flag}")
+            shown_search(saved, as_json)
+            return
         result = bench.load(reports, plot)
     else:
         targets = [
@@ -206,7 +216,6 @@ def _search(
     options: dict[str, object],
 ) -> None:
     from provision import bench, bench_search, environment
-    from provision.cli import bench_report
 
     ctx = click.get_current_context()
     for flag, given in (("--report", reports), ("--plot", plot), ("--markdown", markdown)):
@@ -229,6 +238,13 @@ def _search(
         targets, options=chosen, budget_s=budget, bound_s=bound, timeout=timeout, report=shown
     )
     shown.close()
+    shown_search(result, as_json)
+
+
+def shown_search(result: bench_search.SearchResult, as_json: bool) -> None:
+    """A search's result on stdout; exit 1 when an environment has no best setting."""
+    from provision.cli import bench_report
+
     if as_json:
         emit_json(result.as_json())
     else:
