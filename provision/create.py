@@ -119,10 +119,12 @@ def create(
     packages: Sequence[str] = (),
     progress: StepProgress | None = None,
     report: Report = nothing,
+    verify: bool = True,
 ) -> CreateResult:
     """Render, lock, install and verify `request` into out/NAME and options.prefix.
     progress: each step as it starts and ends; report: what goes on inside the steps (the
-    installers' downloads, install.sh's steps, the smoke test)."""
+    installers' downloads, install.sh's steps, the smoke test). verify False: the smoke test is
+    not run (the verify step says so)."""
     from provision import matrix
     from provision.matrix import kinds
 
@@ -156,7 +158,8 @@ def create(
             lambda: _render(out, env_spec, m, force, packages),
             lambda: _lock(out, env_spec.name, solver, channels, force),
             lambda: _install(out, env_spec.name, options, result, report),
-            lambda: _verify(out, env_spec.name, result, force, report),
+            lambda: _verify(out, env_spec.name, result, force, report) if verify
+            else _not_verified(_named(env_spec.name, out)),
         ], progress)  # fmt: skip
     except BaseException:
         _remove_made(made)
@@ -244,6 +247,11 @@ def _install(
     res = build.install(env, options, report=report)
     result.prefix, result.python = res.prefix, res.python
     return res.as_step()
+
+
+def _not_verified(named: str) -> StepResult:
+    line = f"not run (--no-verify): `provision verify {named}` runs the smoke test"
+    return StepResult("verify", "skipped", [line])
 
 
 def _verify_key(prefix: Path) -> str:

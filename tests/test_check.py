@@ -251,11 +251,19 @@ def test_verify_runs_the_smoke_test_of_what_changed(built: Host, env: Env) -> No
     assert one["reverified"]["ok"] is False and one["reverified"]["summary"].startswith("FAIL")
 
 
-def test_usage_errors(built: Host) -> None:
+def test_usage_errors(built: Host, tmp_path: Path) -> None:
     code, out = check("nope")
     assert code == 2 and "not registered on this machine: nope" in out
     code, out = check("--all")
     assert code == 2 and "--all goes with --verify" in out
+    # node_exporter reads only *.prom: another name is refused before anything runs or is written.
+    code, out = check("--prom", str(tmp_path / "drift.txt"))
+    assert code == 2, out
+    assert out.strip() == (
+        f"provision: error: --prom {tmp_path / 'drift.txt'}: node_exporter's textfile collector "
+        f"reads only files named *.prom; name it so (e.g. --prom {tmp_path / 'drift.prom'})"
+    )
+    assert not list(tmp_path.glob("drift*"))
 
 
 def test_remove_forgets_the_facts(built: Host, env: Env) -> None:

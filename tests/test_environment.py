@@ -128,6 +128,26 @@ def test_pip_in_run_never_falls_through_to_the_hosts(built: Env, tmp_path: Path)
     assert done.returncode == 0 and ran.exists()
 
 
+def test_an_unknown_or_unbuilt_name_exits_2_in_every_command(env: Env, tmp_path: Path) -> None:
+    """One exit code per kind of error: a name this machine does not have is a usage error (2)
+    wherever it is given; tiny here is rendered, not built."""
+    dest = str(tmp_path / "copy")
+    takes_a_name = [
+        ["install", "@"], ["lock", "@"], ["add", "@", "six"], ["drop", "@", "six"],
+        ["verify", "@"], ["show", "@"], ["remove", "@"], ["run", "@", "--", "true"],
+        ["kernel", "@"], ["export", "@", dest], ["check", "@"], ["bench", "@"], ["bundle", "@"],
+        ["fleet", "@", "--inventory", os.devnull],
+    ]  # fmt: skip
+    for argv in takes_a_name:
+        code, out = run_cli(*[a.replace("@", "nope") for a in argv])
+        assert code == 2, (argv, out)
+    out_ = ["--out", str(env.out)]
+    for argv in (["verify", "tiny", *out_], ["run", *out_, "tiny", "--", "true"],
+                 ["kernel", "tiny", *out_], ["check", "tiny"], ["remove", "tiny"]):  # fmt: skip
+        code, out = run_cli(*argv)
+        assert code == 2 and ("tiny is not built" in out or "registered" in out), (argv, out)
+
+
 def test_remove_deletes_only_what_provision_built(built: Env) -> None:
     code, out = run_cli("remove", "tiny")
     assert code == 0, out

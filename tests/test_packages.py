@@ -512,6 +512,11 @@ def test_torch_beside_tensorflow_moves_cuda_libraries_within_the_ranges_in_one_l
     assert cli("lock", s.name, "--out", str(out), "--check")[0] == 0
     code, text = cli("matrix", "pairs", "torch", "--tf", NEWEST.tf)
     assert code == 0 and re.search(rf"{re.escape(NEWEST.pin)}\s.*\s2\.9\.0$", text, re.M), text
+    # None is said with the resolver's reason, not bare (this index has no JAX at all).
+    code, text = cli("matrix", "pairs", "jax", "--tf", NEWEST.tf)
+    row = text.strip().splitlines()[-1]
+    assert code == 0 and row.startswith(NEWEST.pin), text
+    assert re.search(r"\snone \(Because there are no versions of jax\[cuda12\].*\)$", row), row
     # A torch that pins an NCCL below the range, or brings CUDA 13: refused, with where to look.
     code, text = cli("add", s.name, "torch>=2.10", "--out", str(out))
     assert code == 1, text

@@ -278,6 +278,7 @@ def install_cmd(
 @click.option("--channel", "channels", multiple=True, callback=nonblank,
               help="conda path: lock against this channel.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary at the end.")
+@click.option("--no-verify", is_flag=True, help="Skip the smoke test (verify NAME runs it).")
 @pre_option
 @packages_options
 @click.pass_context
@@ -297,6 +298,7 @@ def create_cmd(
     solver: str,
     channels: tuple[str, ...],
     as_json: bool,
+    no_verify: bool,
     pre: bool,
     with_: tuple[str, ...],
     requirement_files: tuple[Path, ...],
@@ -317,7 +319,7 @@ def create_cmd(
         request, BuildOptions(prefix=prefix, force=force, solver=solver, replace=replace_other),
         out=out,
         channels=channels, packages=packages_given(with_, requirement_files),
-        progress=lambda step: _show_step(shown, step), report=shown,
+        progress=lambda step: _show_step(shown, step), report=shown, verify=not no_verify,
     )  # fmt: skip
     shown.close()
     if as_json:
@@ -328,7 +330,8 @@ def create_cmd(
         sys.exit(1)
     if not as_json:
         device = f" ({result.cpu_only})" if result.cpu_only else ""
-        click.echo(f"{result.name}: ready{device} at {result.prefix} (python: {result.python})")
+        state = "built, not verified (--no-verify)" if no_verify else f"ready{device}"
+        click.echo(f"{result.name}: {state} at {result.prefix} (python: {result.python})")
 
 
 def _show_step(shown: Any, step: Any) -> None:
@@ -406,7 +409,9 @@ def verify_cmd(
         found = _find(name, out)
         env = found.env
         if python is None and prefix is None:
-            prefix = found.prefix
+            from provision.built import require_built
+
+            prefix = Path(require_built(found).prefix)  # not built here: 2, as run and kernel
     elif python is None and prefix is None:
         raise click.UsageError("give an environment NAME, --prefix DIR or --python EXE")
     else:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
     "--prom", type=SafePath(path_type=Path, dir_okay=False), metavar="FILE",
-    help="Also write the result for node_exporter's textfile collector (FILE.prom, atomically).",
+    help="Also write the result for node_exporter's textfile collector into FILE (named *.prom, "
+    "as it reads; written atomically).",
 )  # fmt: skip
 @click.option(
     "--timeout", type=click.FloatRange(min=1), default=180, show_default=True, metavar="S",
@@ -50,6 +51,8 @@ def check_cmd(
         raise click.UsageError("--all goes with --verify")
     for name in names:
         environment.check_name(name)
+    if prom is not None:
+        prom_out.check_target(prom)  # before the check, which may run smoke tests
     if reverify:
         presenter()(Event("step", "checking, then running the smoke test where needed ..."))
     result = check.check(names, verify=reverify, all_=all_, timeout=timeout)

@@ -172,9 +172,9 @@ def pairs_cmd(framework: str, tfs: tuple[str, ...]) -> None:
                 continue
             s = spec.resolve(m, release.tf, "pip")
             shown(Event("step", f"TensorFlow {release.pin}, Python {s.python}: {wanted} ..."))
-            got = frameworks.pair(s, wanted, Path(tmp) / release.tf)
+            pairing = frameworks.pair(s, wanted, Path(tmp) / release.tf)
             line = f"CUDA {s.cuda.version}" + ("" if frameworks.ranges(s) else " (exact pins)")
-            rows.append((release.pin, s.python, line, got or "none"))
+            rows.append((release.pin, s.python, line, pairing.shown()))
     shown.close()
     click.echo(f"{'tensorflow':<12} {'python':<7} {'nvidia libraries':<22} {framework}")
     for pin, python, line, got in rows:

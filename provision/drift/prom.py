@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from provision.drift.check import CheckResult
-from provision.errors import ProvisionError
+from provision.errors import ProvisionError, UsageError
 from provision.fileio import write_atomic
 
 STATES = ("ok", "drift", "unknown", "missing")
@@ -76,11 +76,24 @@ def text(result: CheckResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(result: CheckResult, path: Path) -> None:
+def check_target(path: Path) -> None:
+    """Before the check runs: a name node_exporter reads (it reads only *.prom files, and writing
+    another name than the one given would surprise more), in a folder that is there."""
     path = Path(path)
+    if path.suffix != ".prom" or path.name == ".prom":
+        raise UsageError(
+            f"--prom {path}: node_exporter's textfile collector reads only files named *.prom; "
+            f"name it so (e.g. --prom {path.with_name((path.stem or 'provision') + '.prom')})"
+        )
     folder = path.absolute().parent
     if not folder.is_dir():
         raise ProvisionError(f"--prom {path}: {folder} is not a folder")
+
+
+def write(result: CheckResult, path: Path) -> None:
+    path = Path(path)
+    check_target(path)
+    folder = path.absolute().parent
     try:
         write_atomic(path, text(result), mode=0o644)  # node_exporter reads it as another user
     except OSError as exc:

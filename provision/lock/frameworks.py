@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -122,9 +123,23 @@ def problems(spec: EnvSpec, body: str) -> list[str]:
     return out
 
 
-def pair(spec: EnvSpec, framework: str, workdir: Path, cache_dir: Path | None = None) -> str | None:
+@dataclass(frozen=True)
+class Pairing:
+    """What `matrix pairs` found for one release: the framework's version, or why there is none."""
+
+    version: str | None
+    why: str = ""  # when version is None: the resolver's reason, in one line
+
+    def shown(self) -> str:
+        return self.version or f"none ({self.why})"
+
+
+WHY_LIMIT = 240  # uv explains every release it tried; the first clauses say the reason
+
+
+def pair(spec: EnvSpec, framework: str, workdir: Path, cache_dir: Path | None = None) -> Pairing:
     """The newest release of `framework` that locks with the release on the pip path in one
-    CUDA line (today's index, no cut-off), or None when none does."""
+    CUDA line (today's index, no cut-off), or why none does."""
     from provision import _proc, tools
     from provision.lock import pylock
 
@@ -144,15 +159,23 @@ def pair(spec: EnvSpec, framework: str, workdir: Path, cache_dir: Path | None = 
     done = _proc.run(argv, cwd=workdir, env=pylock.uv_env(cache_dir), timeout=600, check=False)
     if not done:
         if "No solution found" in done.stderr:
-            return None
+            return Pairing(None, _why(pylock.uv_reason(done.stderr)))
         from provision.errors import LockError
 
         raise LockError(f"uv could not resolve {framework} beside TensorFlow {spec.release.pin}: "
                         f"{pylock.uv_reason(done.stderr or done.stdout)}")  # fmt: skip
     got = pins(out.read_text(encoding="utf-8"))
-    if not gpu_build(framework, got):
-        return None  # only a CPU build of it fits (an old jax without the extra, say)
-    return got.get(norm(framework.split("[")[0]))
+    name = norm(framework.split("[")[0])
+    if not gpu_build(framework, got):  # an old jax without the extra, say
+        return Pairing(None, f"only a CPU build of {name} fits ({name} {got.get(name, '?')})")
+    return Pairing(got.get(name), "" if name in got else f"{name} is not in the lock")
+
+
+def _why(reason: str) -> str:
+    """uv's explanation without its heading, cut to its first clauses."""
+    text = reason.split("No solution found when resolving dependencies", 1)[-1]
+    text = text[text.find("Because") :] if "Because" in text else text.lstrip(": ")
+    return text if len(text) <= WHY_LIMIT else text[: WHY_LIMIT - 3].rstrip() + "..."
 
 
 def gpu_build(framework: str, got: dict[str, str]) -> bool:
