@@ -127,15 +127,14 @@ def test_pip_in_run_does_not_install_into_the_hosts_python(real: Real, tmp_path:
 @pytest.mark.slow
 def test_create_no_verify_builds_without_the_smoke_test(real: Real) -> None:
     name = "tf2.13-unverified"
-    code, out, err = real.run("create", "--tf", TF, "--path", "pip", "--python", PYTHON,
-                              "--name", name, "--out", real.out, "--no-verify", "--json")  # fmt: skip
+    argv = ["create", "--tf", TF, "--path", "pip", "--python", PYTHON, "--name", name]
+    code, out, err = real.run(*argv, "--out", real.out, "--no-verify", "--json")
     assert code == 0, err
     steps = {s["step"]: s for s in json.loads(out)["steps"]}
     assert steps["verify"]["status"] == "skipped"
     assert steps["verify"]["detail"].startswith("not run (--no-verify): `provision verify ")
     listed = {e["name"]: e for e in json.loads(real.run("list", "--json")[1])}
     assert listed[name]["last_verify"] is None, listed[name]  # the smoke test never ran
-    code, out, _ = real.run("create", "--tf", TF, "--path", "pip", "--python", PYTHON,
-                            "--name", name, "--out", real.out, "--no-verify")  # fmt: skip
+    code, out, _ = real.run(*argv, "--out", real.out, "--no-verify")
     assert code == 0 and out.strip().endswith(")") and f"{name}: built, not verified" in out
     assert real.run("remove", name)[0] == 0

@@ -181,15 +181,16 @@ from provision.cli.packages import lock_cmd  # noqa: E402 (the workflow's order:
 cli.add_command(lock_cmd)
 
 
+replace_option = click.option("--replace", "replace_other", is_flag=True, help="Rebuild NAME from "
+                              "here though another directory built it.")  # fmt: skip
+
+
 @cli.command("install", context_settings={"ignore_unknown_options": False})
 @click.argument("name", required=False)
 @find_option
 @click.option("--prefix", type=SafePath(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Rebuild even when the environment is complete.")
-@click.option(
-    "--replace", "replace_other", is_flag=True,
-    help="Rebuild NAME from here though it is built from another directory (replaces that one).",
-)  # fmt: skip
+@replace_option
 @click.option(
     "--installer", type=click.Choice(("auto", "uv", "pip")), default="auto", show_default=True,
     help="pip path: what installs the lock into the venv (auto: uv, pip when uv is missing).",
@@ -270,10 +271,7 @@ def install_cmd(
 @jupyter_option
 @click.option("--prefix", type=SafePath(path_type=Path), help="Build here, not in the default.")
 @click.option("--force", is_flag=True, help="Overwrite hand edits, re-lock, rebuild, re-verify.")
-@click.option(
-    "--replace", "replace_other", is_flag=True,
-    help="Rebuild NAME from here though it is built from another directory (replaces that one).",
-)  # fmt: skip
+@replace_option
 @solver_option
 @click.option("--channel", "channels", multiple=True, callback=nonblank,
               help="conda path: lock against this channel.")  # fmt: skip
@@ -330,7 +328,7 @@ def create_cmd(
         sys.exit(1)
     if not as_json:
         device = f" ({result.cpu_only})" if result.cpu_only else ""
-        state = "built, not verified (--no-verify)" if no_verify else f"ready{device}"
+        state = "built, not verified (--no-verify)" if no_verify else "ready" + device
         click.echo(f"{result.name}: {state} at {result.prefix} (python: {result.python})")
 
 
@@ -401,7 +399,7 @@ def verify_cmd(
 ) -> None:
     """Run the smoke test inside NAME's environment, as Jupyter, IDEs and cron run it (no
     activation), and compare the report with the spec."""
-    from provision import environment, verify
+    from provision import built, environment, verify
     from provision.cli import present
 
     env = None
@@ -409,9 +407,7 @@ def verify_cmd(
         found = _find(name, out)
         env = found.env
         if python is None and prefix is None:
-            from provision.built import require_built
-
-            prefix = Path(require_built(found).prefix)  # not built here: 2, as run and kernel
+            prefix = Path(built.require_built(found).prefix)  # not built here: 2, as run does
     elif python is None and prefix is None:
         raise click.UsageError("give an environment NAME, --prefix DIR or --python EXE")
     else:
