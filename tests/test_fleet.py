@@ -466,6 +466,37 @@ def test_a_bundle_of_another_environment_or_lock_is_refused_before_ansible(
     assert not (fleet.work / "refused").exists()
 
 
+def test_a_signed_bundle_is_checked_here_and_the_trust_file_goes_to_the_host(
+    fleet: Fleet, offline_first: Run
+) -> None:
+    """fleet --trust: the signer is checked on the control machine before Ansible starts, and the
+    allowed_signers file is copied to the host, where bootstrap and install check it again."""
+    keys = fleet.work / "keys"
+    keys.mkdir()
+    for who in ("alice", "mallory"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", keys / who],
+                       check=True, stdin=subprocess.DEVNULL)  # fmt: skip
+        pub = " ".join((keys / f"{who}.pub").read_text().split()[:2])
+        (keys / f"{who}.allowed").write_text(f"{who}@lab {pub}\n")
+    signed = bundle_of(fleet, "tiny", fleet.work / "signed-bundle" / "tiny.bundle.tar",
+                       "--sign", str(keys / "alice"))  # fmt: skip
+    code, out, _ = fleet.run("tiny", "--bundle", str(signed), "--trust",
+                             str(keys / "mallory.allowed"), inventory=fleet.offline_inventory,
+                             reports="untrusted")  # fmt: skip
+    assert code == 1 and "is signed by ED25519 key SHA256:" in out and "does not trust" in out, out
+    assert not (fleet.work / "untrusted").exists()
+    code, out, data = fleet.run("tiny", "--bundle", str(signed), "--trust",
+                                str(keys / "alice.allowed"), inventory=fleet.offline_inventory,
+                                reports="signed")  # fmt: skip
+    assert data, out[-3000:]
+    assert results(data) == {OFFLINE: "verify failed"}, out  # no TensorFlow: as unsigned
+    held = remote_dir(fleet, OFFLINE) / "trust" / "allowed_signers"
+    assert held.read_bytes() == (keys / "alice.allowed").read_bytes()
+    install = json.loads((fleet.work / "signed" / "hosts" / OFFLINE / "install.json").read_text())
+    signature = install["report"]["signature"]
+    assert signature["state"] == "verified" and signature["principal"] == "alice@lab", install
+
+
 # -- drift since the roll-out (provision fleet NAME --drift, issue 24) --------------------------
 
 SCREENSHOT = ROOT / "tests" / "fixtures" / "fleet" / "fleet-drift.png"

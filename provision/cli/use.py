@@ -157,6 +157,11 @@ def export_cmd(name: str, dest: Path, out: Path | None) -> None:
 @click.option("--forks", type=click.IntRange(min=1), help="Hosts worked on at once.")
 @click.option("--bundle", type=SafePath(path_type=Path, dir_okay=False),
               help="Install from this offline bundle (provision bundle).")  # fmt: skip
+@click.option("--trust", type=SafePath(path_type=Path, dir_okay=False, exists=True),
+              help="--bundle: its signer must be in this allowed_signers file, here and on "
+              "each host (the file is copied there).")  # fmt: skip
+@click.option("--revoked", type=SafePath(path_type=Path, dir_okay=False, exists=True),
+              help="--trust: keys no longer trusted (ssh-keygen -r), copied too.")  # fmt: skip
 @click.option("--report-dir", type=SafePath(path_type=Path, file_okay=False),
               help="Where reports go (default: fleet-reports/NAME).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report at the end.")
@@ -177,6 +182,8 @@ def fleet_cmd(
     as_json: bool,
     roles_path: bool,
     wheel_dir: Path | None,
+    trust: Path | None,
+    revoked: Path | None,
 ) -> None:
     """Roll NAME out to the inventory's hosts with Ansible: doctor, install from the committed
     lock, GPU policy, verify, on each host; a summary, fleet.json and fleet.html at the end."""
@@ -195,8 +202,10 @@ def fleet_cmd(
         writable_target(report_dir, "--report-dir")  # before a playbook is written or run
     if drift and (check or bundle is not None):
         raise click.UsageError("--drift changes nothing and copies nothing: no --check, --bundle")
+    if ((trust or revoked) and bundle is None) or (revoked and not trust):
+        raise click.UsageError("--trust is for a --bundle, and --revoked for a --trust")
     options = fleet.Options(inventory, limit, check, forks, bundle, report_dir, drift=drift,
-                            schedule=schedule)  # fmt: skip
+                            schedule=schedule, trust=trust, revoked=revoked)  # fmt: skip
     result = fleet.run(_find(name, out).env, options)
     click.echo(present.fleet_table(result))
     click.echo(f"reports: {result.files['json']}, {result.files['html']}")

@@ -28,6 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from provision import _proc, environment
 from provision.bundlefile import selfwheel
@@ -35,6 +36,9 @@ from provision.environment import EnvDir
 from provision.errors import ProvisionError, ToolMissing, UsageError
 from provision.fileio import dump_yaml_for_people, sha256_file, write_atomic
 from provision.fleet import fleet_report
+
+if TYPE_CHECKING:
+    from provision.bundlefile.bundle_sign import Trust
 
 ANSIBLE_DIR = Path(__file__).parent.parent / "ansible"
 ROLES = ANSIBLE_DIR / "roles"
@@ -61,6 +65,8 @@ class Options:
     timeout: float = 3600
     drift: bool = False  # only `provision check` on each host: what changed since the roll-out
     schedule: bool = False  # a daily `provision check` on each host (systemd timer, else cron)
+    trust: Path | None = None  # allowed_signers: the bundle's signer, checked here and on hosts
+    revoked: Path | None = None
 
 
 # -- what is generated next to the environment ------------------------------------------------
@@ -186,11 +192,13 @@ def close_connections(control: Path) -> None:
     shutil.rmtree(control, ignore_errors=True)
 
 
-def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
+def bundle_files(env: EnvDir, path: Path, trust: Trust | None = None) -> tuple[Path, ...]:
     """The files of the offline bundle at `path` (one tar, or every part in order, from any part),
-    once every part is there and its manifest says it holds this environment's committed lock."""
+    once every part is there and its manifest says it holds this environment's committed lock
+    (and, with `trust`, was signed by a signer it lists: bundle_sign.check)."""
     import tarfile
 
+    from provision.bundlefile import bundle_sign
     from provision.bundlefile.bundle_format import (
         CHUNK,
         MANIFEST,
@@ -199,6 +207,7 @@ def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
         member_name,
     )
     from provision.bundlefile.bundle_io import Reader, open_source
+    from provision.bundlefile.bundle_sign import SIG_LIMIT, SIGNATURE
 
     source = open_source(path)  # every part present, of one bundle, of its size
     reader = Reader(source)
@@ -208,7 +217,11 @@ def bundle_files(env: EnvDir, path: Path) -> tuple[Path, ...]:
             fh = tar.extractfile(info) if info and member_name(info) == MANIFEST else None
             if fh is None:
                 raise BundleError(f"{source.shown} is not a provision bundle (no manifest first)")
-            manifest = BundleManifest.loads(fh.read(), source.shown)
+            data = fh.read()
+            after = tar.next() if trust is not None else None
+            sig = tar.extractfile(after) if after and member_name(after) == SIGNATURE else None
+            bundle_sign.check(data, sig.read(SIG_LIMIT) if sig else None, trust, source.shown)
+            manifest = BundleManifest.loads(data, source.shown)
     except (tarfile.TarError, EOFError) as exc:
         raise BundleError(f"{source.shown} is damaged ({exc}): copy or bundle it again") from exc
     finally:
@@ -238,7 +251,12 @@ def _check_ready(env: EnvDir, options: Options) -> tuple[Path, ...]:
     if not options.inventory.is_file():
         raise UsageError(f"no inventory at {options.inventory}")
     check_report_dir(options.report_dir or default_report_dir(env))
-    bundle = bundle_files(env, options.bundle) if options.bundle is not None else ()
+    bundle: tuple[Path, ...] = ()
+    if options.bundle is not None:
+        from provision.bundlefile import bundle_sign
+
+        trust = bundle_sign.trust_from(options.trust, options.revoked) if options.trust else None
+        bundle = bundle_files(env, options.bundle, trust)
     hosts = inventory_hosts(options.inventory, options.limit)
     if not hosts:
         which = f" match --limit {options.limit}" if options.limit else ""
@@ -322,6 +340,10 @@ def run(env: EnvDir, options: Options) -> fleet_report.FleetResult:
         if bundle
         else {"provision_env_wheel": str(selfwheel.build(out / ".wheel"))}
     )
+    if bundle and options.trust is not None:  # checked again on each host, before anything runs
+        source["provision_env_trust"] = str(options.trust.absolute())
+        if options.revoked is not None:
+            source["provision_env_revoked"] = str(options.revoked.absolute())
     source["provision_env_mode"] = "drift" if options.drift else "rollout"
     source["provision_env_schedule"] = options.schedule
     extra = out / ".ansible" / "run-vars.json"
