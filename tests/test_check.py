@@ -192,6 +192,38 @@ def test_packages_installed_by_hand_are_named_with_their_effect(
     assert "'provision-tiny==1.0'" in changed["fix"]
 
 
+def test_the_fix_check_prints_for_packages_installed_by_hand_works(
+    built: Host, env: Env, index: Index, tmp_path: Path
+) -> None:
+    index.add("2.0")
+    pip_by_hand(env, next(index.root.glob("provision_tiny-2.0-*.whl")))
+    pip_by_hand(env, handmade_wheel(tmp_path, "handmade", "1.0", "provision-tiny"))
+    got = {c["what"]: c for c in changes(check_json()[1])}
+    mine = got["handmade 1.0 installed by hand (pip), not in the lock"]
+    assert mine["fix"].startswith("`provision add tiny handmade` locks it or ")
+    moved = got["provision-tiny 1.0 → 2.0 installed by hand, the lock pins 1.0"]
+    assert moved["fix"].startswith("`provision install tiny --force`")
+    # A package the lock does not name is the user's: the rebuild refuses, naming the ways on.
+    force = ("install", env.name, "--out", str(env.out), "--force")
+    code, out = run_cli(*force)
+    assert code == 1, out
+    assert "handmade-1.0.dist-info" in out and "`provision add tiny PKG` locks it" in out, out
+    assert "provision_tiny-2.0.dist-info" not in out  # the lock's own is not in the way
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(env.prefix / "bin" / "python"),
+         "uninstall", "--yes", "--quiet", "handmade"], check=True, capture_output=True,
+    )  # fmt: skip
+    # The lock's package at another version is put back by the fix check printed.
+    code, out = run_cli(*force)
+    assert code == 0, out
+    site = site_packages(env.prefix)
+    assert [d.name for d in site.glob("provision_tiny-*.dist-info")] == [
+        "provision_tiny-1.0.dist-info"
+    ]
+    code, out = check()
+    assert code == 0 and "tiny: unchanged since install" in out, out
+
+
 def test_a_file_edited_in_the_prefix_is_named(built: Host, env: Env) -> None:
     module = site_packages(env.prefix) / "provision_tiny" / "__init__.py"
     module.write_text(module.read_text() + "EDITED = True\n")

@@ -303,11 +303,17 @@ def _install_at(
                 "then re-run"
             )
     if state == "stale" or (state == "complete" and force):
-        theirs = owned.foreign(target)
+        theirs = _not_the_locks(env, target)
         if theirs:
+            hint = (
+                f" (a package the lock does not name: `provision add {env.name} PKG` locks it, "
+                f"`uv pip uninstall --python {interpreter(target)} PKG` removes it)"
+                if any(".dist-info" in p for p in theirs)
+                else ""
+            )
             raise InstallError(
                 f"{target} holds files provision did not install ({owned.shown(theirs)}); "
-                "a rebuild would delete them: move them out, then re-run"
+                f"a rebuild would delete them: move them out, then re-run{hint}"
             )
     if state == "complete" and not force:
         marker = read_marker(target) or {}
@@ -321,6 +327,22 @@ def _install_at(
         env.name, env.path, target, interpreter(target), used, lock_sha,
         skipped=False, seconds=time.monotonic() - start,
     )  # fmt: skip
+
+
+def _not_the_locks(env: EnvDir, target: Path) -> list[str]:
+    """What in target provision did not install and is not a package the lock names: one the
+    lock names, installed by hand at another version, is provision's to put back."""
+    listed = owned.recorded(target)
+    if listed is None:
+        return []  # built without a list: nothing is known (owned.foreign)
+    from provision.install.sync import Locked, installed_files
+
+    conda = env.kind.conda_env
+    try:
+        names = set(Locked.read(env.lock.read_text(encoding="utf-8"), conda).versions())
+    except (OSError, UnicodeDecodeError, ProvisionError, ValueError):
+        names = set()
+    return owned.foreign(target, listed | installed_files(conda, target, names))
 
 
 def _build(

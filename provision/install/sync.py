@@ -144,7 +144,8 @@ def _apply(prefix: Path, old: Locked, new: Locked, report: Report) -> None:
     _pip(prefix, old.pins, new.pins, report, uninstall=False)
 
 
-def _files(conda: bool, prefix: Path, names: set[str]) -> set[str]:
+def installed_files(conda: bool, prefix: Path, names: set[str]) -> set[str]:
+    """What the packages `names` (normalised) put into the prefix, as the owned list spells it."""
     return _files_of(prefix, names) | (condasync.conda_files(prefix, names) if conda else set())
 
 
@@ -163,13 +164,13 @@ def sync(
     state = Before(old, owned.recorded(prefix), marker)
     was, now = old.versions(), new.versions()
     changed = {n for n in was.keys() | now.keys() if was.get(n) != now.get(n)}
-    before = _files(conda, prefix, changed)
+    before = installed_files(conda, prefix, changed)
     try:
         _apply(prefix, old, new, report)
     except BaseException:
         restore(prefix, state, new, report)
         raise
-    after = _files(conda, prefix, changed)
+    after = installed_files(conda, prefix, changed)
     if state.listed is not None:
         # What the old versions had and the new ones have not left; what the new ones brought
         # came. A folder that is still there stays listed (another package uses it; removing a

@@ -283,11 +283,13 @@ def _packages(old: EnvFacts, new: EnvFacts, t: DriftSubject, gone_libs: set[str]
         lock_note = "not in the lock" if locked is None else f"the lock pins {locked}"
         conflicts = _conflicts(p, new.packages, new.python)
         effect = "; ".join(conflicts) if conflicts else "nothing declares a conflict; verify again"
+        # One the lock names is put back by a rebuild; one it does not is the user's, which a
+        # rebuild would not delete (it refuses): locked by add, or removed by hand.
+        keep = t.reinstall if locked is not None else f"`provision add {t.name} {p.name}` locks it"
         out.append(Change(
             "package", f"{p.name} {p.version} installed by hand ({p.installer or 'unknown'}), "
             f"{lock_note}", effect, "breaks" if conflicts else "changed",
-            t.reinstall + (f" or {pip_undo} {p.name}"
-                           if p.pip else ""),
+            keep + (f" or {pip_undo} {p.name}" if p.pip else ""),
         ))  # fmt: skip
     for key in sorted(before.keys() & after.keys()):
         a, b = before[key], after[key]
