@@ -127,6 +127,24 @@ class LastVerify:
 
 
 @dataclass(frozen=True)
+class BundleOrigin:
+    """Where an environment built from a bundle came from, as its manifest said (and its
+    signature, as install --from-bundle found it): what a fleet report names per host."""
+
+    manifest_sha256: str  # the bundle's identity: the sha256 of its manifest's bytes
+    provision_version: str  # the provision that made the bundle
+    lock_sha256: str
+    matrix_row: str  # "TensorFlow 2.13.1, CUDA 11.8.0, cuDNN 8.6.0.163"
+    citations: tuple[str, ...]  # the row's sources: "ID URL (retrieved DATE)"
+    platform: str  # the target: conda subdir, machine, the newest glibc its packages need
+    machine: str
+    glibc: str
+    signature: str  # unsigned | unverified | verified
+    signer: str = ""  # the trusted principal, when verified
+    key: str = ""  # "ED25519 key SHA256:...", when signed
+
+
+@dataclass(frozen=True)
 class Record:
     name: str
     env_dir: str  # absolute path of envs/<name>/ it was built from
@@ -140,6 +158,7 @@ class Record:
     built_at: float
     owned: bool = True  # provision created the prefix (remove may delete it)
     last_verify: LastVerify | None = None
+    bundle: BundleOrigin | None = None  # built by install --from-bundle
     schema: int = field(default=RECORD_SCHEMA)
 
     def to_json(self) -> dict[str, object]:

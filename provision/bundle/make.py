@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from provision.bundle import bundle_fetch as fetch
 from provision.bundle import bundle_self
@@ -204,6 +204,7 @@ def build(
         provision_python=target.provision_python,
         requires=requires_of(env, target, items, conda),
         members=tuple(Member(i.name, i.group, i.path.stat().st_size, i.sha256) for i in items),
+        **provenance(env),
     )
     report(
         Event(
@@ -220,6 +221,21 @@ def build(
         env.name, tuple(files), digest, sum(f.stat().st_size for f in files), len(items),
         manifest.member_bytes, time.monotonic() - started,
     )  # fmt: skip
+
+
+def provenance(env: EnvDir) -> dict[str, Any]:
+    """The matrix row the environment was rendered from and every source it cites (the release's,
+    then its CUDA's and cuDNN's, each once): no clock, no host, so the same inputs give the same
+    bytes."""
+    from provision import matrix
+
+    s = env.spec
+    known = matrix.load().sources
+    ids = dict.fromkeys((*s.release.sources, *s.cuda.sources, *s.cudnn.sources))
+    return {
+        "matrix_row": f"TensorFlow {s.release.pin}, CUDA {s.cuda.full}, cuDNN {s.cudnn.full}",
+        "citations": tuple(known[i] for i in ids if i in known),
+    }
 
 
 def _check_lock(env: EnvDir) -> None:

@@ -146,6 +146,7 @@ def install_from_bundle(
                     script_args=_toolkit_args(manifest, staging, options.script_args),
                 )  # fmt: skip
                 result = install.install(env, build, offline=offline, report=report)
+                _record_origin(manifest, digest, signature)
                 seconds["install"] = time.monotonic() - t0
     except (tarfile.TarError, EOFError) as exc:
         raise BundleError(
@@ -199,6 +200,15 @@ def _manifest(
 
 
 MANIFEST_LIMIT = 64 << 20  # a bundle of 100,000 members has a manifest of about 20 MB
+
+
+def _record_origin(manifest: BundleManifest, digest: str, signature: Signature) -> None:
+    """The registry record says which bundle built the environment (provision show, verify)."""
+    record = registry.get(manifest.name)
+    if record is not None:
+        origin = manifest.origin(digest, signature.state, signature.principal, signature.key)
+        if record.bundle != origin:
+            registry.put(replace(record, bundle=origin))
 
 
 def check_same_inputs(manifest: BundleManifest, source: str, force: bool) -> None:

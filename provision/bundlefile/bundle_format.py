@@ -33,11 +33,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from provision import diskread, records
+from provision import diskread, records, registry
 from provision.errors import ProvisionError, UsageError
 from provision.fileio import sha256_text
+from provision.matrix import Source
 
-FORMAT = 1
+FORMAT = 2  # 2: the manifest says where it came from (matrix_row, citations); may be signed
+READS = (1, 2)
 ROOT = "provision-bundle"
 MANIFEST = "manifest.json"
 BOOTSTRAP = "bootstrap.py"
@@ -114,6 +116,10 @@ class BundleManifest:
     provision_python: str = field(metadata=records.checked(_version_xy))
     requires: Requires
     members: tuple[Member, ...]
+    # Provenance: the matrix row the environment was rendered from, and the sources it cites
+    # (with provision_version, lock_sha256, platform and requires above: what made the bundle)
+    matrix_row: str = ""
+    citations: tuple[Source, ...] = ()
 
     def body(self) -> dict[str, object]:
         data = asdict(self)
@@ -133,8 +139,12 @@ class BundleManifest:
             raw = diskread.loads_json(data, source)
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
-            if raw.get("format") != FORMAT:
-                raise ValueError(f"format {raw.get('format')!r} (this provision reads {FORMAT})")
+            if raw.get("format") not in READS:
+                raise ValueError(
+                    f"format {raw.get('format')!r} (this provision reads "
+                    f"{', '.join(map(str, READS))}; the bundle's own bootstrap.py installs the "
+                    "provision that made it)"
+                )
             digest = raw.pop("digest", None)
             text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
             if digest != sha256_text(text):
@@ -147,6 +157,15 @@ class BundleManifest:
             if not _MEMBER_RE.match(m.name) or ".." in m.name.split("/") or m.group not in GROUPS:
                 raise BundleError(f"{source}: the manifest names an unusable member {m.name!r}")
         return manifest
+
+    def origin(self, manifest_sha256: str, signature: str, signer: str = "", key: str = ""
+               ) -> registry.BundleOrigin:  # fmt: skip
+        """What an environment built from this bundle records of it (provision show)."""
+        return registry.BundleOrigin(
+            manifest_sha256, self.provision_version, self.lock_sha256, self.matrix_row,
+            tuple(f"{c.id} {c.url} (retrieved {c.retrieved})" for c in self.citations),
+            self.platform, self.requires.machine, self.requires.glibc, signature, signer, key,
+        )  # fmt: skip
 
     @property
     def member_bytes(self) -> int:

@@ -422,7 +422,7 @@ def verify_cmd(
     )
     shown.close()
     if as_json:
-        emit_json(result.as_json())
+        emit_json({**result.as_json(), "bundle": present.bundle_json(env)})
     else:
         click.echo("\n".join(present.verify_lines(result)))
     if not result.ok:

@@ -134,12 +134,38 @@ def show(env: environment.EnvDir, rec: Record | None, size: int = 0, cache_bytes
         _row("prefix", rec.prefix + ("" if exists else " (missing)")),
         _row("python", rec.interpreter),
         _row("installer", rec.installer),
+        *bundle_lines(rec),
         _row("size", f"{human(size)} (caches: {human(cache_bytes)}, provision cache info)"),
         _row("verify", verified),
         _row("activate", enter),
         _row("run", f"provision run {env.name} -- python train.py"),
     ]
     return "\n".join(lines)
+
+
+def bundle_lines(rec: Record) -> list[str]:
+    """Which bundle built it, who signed it, what it came from (install --from-bundle's record)."""
+    b = rec.bundle
+    if b is None:
+        return []
+    signed = {"unsigned": "not signed", "unverified": f"signed by {b.key}, not checked"}
+    return [
+        _row("bundle", f"manifest sha256 {b.manifest_sha256}, made by provision "
+             f"{b.provision_version} for {b.platform} ({b.machine}, glibc >= {b.glibc})"),
+        _row("signed", signed.get(b.signature, f"by {b.signer} ({b.key}), trusted")),
+        _row("from", b.matrix_row),
+        *(_row("cites", c) for c in b.citations),
+    ]  # fmt: skip
+
+
+def bundle_json(env: environment.EnvDir | None) -> dict[str, object] | None:
+    """verify --json's "bundle": the built environment's origin, when a bundle built it."""
+    from dataclasses import asdict
+
+    from provision import registry
+
+    record = registry.get(env.name) if env is not None else None
+    return asdict(record.bundle) if record is not None and record.bundle else None
 
 
 # -- a fleet run's summary ------------------------------------------------------------------
