@@ -308,7 +308,7 @@ class Found:
             return
         here = Path(os.path.realpath(Path.cwd()))
         root = Path(os.path.realpath(self.env.root))
-        if root == here or here in root.parents:
+        if root == here or here in root.parents or root in here.parents:
             return
         mine = DEFAULT_OUT / self.env.name
         other = (

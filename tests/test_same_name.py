@@ -84,8 +84,13 @@ def test_add_drop_and_lock_from_elsewhere_do_not_rewrite_the_records_directory(
     assert (built.dir / "requirements.lock").read_bytes() == lock
     assert not (built.dir / "packages.in").exists()
     assert run_cli("lock", "tiny", "--check")[0] == 0  # reading is fine from anywhere
+    (built.dir / "notes").mkdir()
+    monkeypatch.chdir(built.dir / "notes")  # inside it: the user's own, as below
+    code, out = run_cli("lock", "tiny")
+    assert code == 1 and "does not hold what the matrix pins" in out, out
+    (built.dir / "notes").rmdir()
     # From inside the project it is the user's own (the small wheel's lock cannot really be
     # made again: the lock runs, and fails for that reason, not for where it was run).
     monkeypatch.chdir(built.dir)
     code, out = run_cli("lock", "tiny")
-    assert code == 1 and "outside this folder" not in out, out
+    assert code == 1 and "does not hold what the matrix pins" in out, out
