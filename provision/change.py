@@ -103,9 +103,7 @@ def _change(found: Found, old_text: str | None, new_text: str, verify: bool, rep
         result.moved = moved(old, new)
         result.lines.append(locked.summary)
         if prefix is None:
-            result.lines.append(
-                f"{env.name} is not built here; provision install {env.name} builds it"
-            )
+            result.lines.append(_not_synced(found))
         elif old_lock is not None:
             before = old if old is not None else Locked.read(old_lock, conda)
             _sync_and_verify(env, prefix, before, new, verify, report, result)
@@ -179,6 +177,20 @@ def _fresh(env: EnvDir) -> bool:
     except StaleError:
         return False
     return True
+
+
+def _not_synced(found: Found) -> str:
+    """Why no built environment followed the lock, and how to build one from it."""
+    from provision import registry
+
+    name, other = found.env.name, registry.get(found.env.name)
+    if other is None or found.record is not None:
+        return f"{name} is not built here; provision install {name} builds it"
+    return (
+        f"{name} is built here from {other.env_dir}, not from {found.env.root}: the built "
+        f"environment did not change (provision install {name} --out {found.env.root.parent} "
+        "--replace rebuilds it from this one)"
+    )
 
 
 def _built_prefix(found: Found) -> Path | None:

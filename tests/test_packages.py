@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -401,6 +402,23 @@ def test_a_bundle_and_an_export_carry_the_users_packages(
     standard = (tmp_path / "exported" / "pylock.toml").read_text()
     assert 'lock-version = "1.0"' in standard and 'name = "pandas"' in standard
     assert str(tmp_path) not in standard and "/work/" not in standard
+
+
+def test_add_to_a_copy_from_another_folder_says_which_one_is_built(
+    out: Path, tmp_path: Path
+) -> None:
+    render(out, "pandas")
+    assert lock(out)[0] == 0
+    assert cli("install", NAME, "--out", str(out))[0] == 0
+    other = tmp_path / "project" / "envs"
+    shutil.copytree(out / NAME, other / NAME)
+    code, text = cli("add", NAME, "matplotlib", "--out", str(other), "--no-verify")
+    assert code == 0, text
+    assert text.strip().splitlines()[-1] == (
+        f"{NAME} is built here from {out / NAME}, not from {other / NAME}: the built environment "
+        f"did not change (provision install {NAME} --out {other} --replace rebuilds it from this "
+        "one)"
+    )
 
 
 # -- independent of where it was made -------------------------------------------------------------
