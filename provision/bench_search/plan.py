@@ -1,22 +1,10 @@
-"""`provision bench --best`: each environment's best setting on one GPU, found by trying the
-settings that matter one after another, each bounded, the whole search within a budget.
-
-The plan: the defaults first (the baseline of every speed-up), then each setting alone:
-BatchNormalization fused (Keras 3 only: Keras 2's is fused already), XLA (`--jit --strategy
-default`), mixed_bfloat16 (compute capability 8.0 and newer) and mixed_float16 (7.0 and newer);
-then the combinations of the values that helped or learnt, the most promising first (a
-combination's expected speed-up is the product of its parts'; XLA is always combined with each
-precision that learnt, because XLA fuses the casts that make a mixed precision slow alone); then
-the best so far at twice its batch, while memory allows and it pays. A setting that does not
-learn (accuracy at chance, or less than half of the defaults' gain over chance) is never called
-best, however fast. Every trial runs under a bound on its first step (the compile) and the time
-left in the budget; what no longer fits is recorded as skipped, with why.
-"""
+"""The search's plan and judgement (bench_search): the settings tried, which cannot help on
+this GPU, which combinations follow, whether a trial learnt, which is best; and a saved search
+read back. Pure: nothing here runs a benchmark."""
 
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +13,6 @@ from typing import Literal
 from provision import bench, diskread
 from provision.errors import UsageError
 from provision.payload import bench_schema
-from provision.progress import Event, Report, human_seconds, nothing
 
 SCHEMA_TOOL = "provision-bench-search"
 BUDGET_S = 600.0  # a whole search, per environment: the issue's ten minutes
@@ -33,7 +20,7 @@ TRIAL_BOUND_S = 150.0  # a trial's first step (tracing, XLA's compile) and its e
 LEARNS_SHARE = 0.5  # of the defaults' gain over chance, that a setting must keep to be best
 PAYS = 1.03  # a larger batch is kept only when it is this much faster
 
-Status = Literal["ran", "failed", "skipped"]
+TrialStatus = Literal["ran", "failed", "skipped"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +67,7 @@ class Trial:
     setting: Setting
     label: str
     command: str
-    status: Status
+    status: TrialStatus
     reason: str = ""  # failed or skipped: why
     images_per_s: float | None = None
     first_step_s: float | None = None
@@ -291,127 +278,6 @@ def capability(hw: bench.Hardware, options: bench.BenchOptions) -> float | None:
         return None
 
 
-class _Searcher:
-    def __init__(
-        self,
-        target: bench.BenchTarget,
-        base: bench.BenchOptions,
-        budget_s: float,
-        bound_s: float,
-        timeout: float,
-        report: Report,
-    ) -> None:
-        self.target, self.base, self.report = target, base, report
-        self.budget_s, self.bound_s, self.timeout = budget_s, bound_s, timeout
-        self.start = time.monotonic()
-        self.trials: list[Trial] = []
-
-    def left(self) -> float:
-        return self.budget_s - (time.monotonic() - self.start)
-
-    def expected(self, setting: Setting) -> float:
-        """What a trial is expected to take: the longest of its kind so far (XLA or not)."""
-        same = [t.seconds for t in self.trials if t.setting.xla == setting.xla and t.seconds]
-        others = [t.seconds for t in self.trials if t.seconds]
-        return max(same or others or [0.0])
-
-    def attempt(self, setting: Setting, skip: str = "") -> Trial:
-        done = next((t for t in self.trials if t.setting == setting), None)
-        if done is not None:
-            return done
-        base_batch = self.base.batch_per_replica
-        label = setting.label(base_batch)
-        bound = min(self.bound_s, max(1.0, self.left()))
-        options = setting.options(self.base, bound)
-        command = bench.command_line([self.target.label], replace(options, max_seconds=0))
-        trial = Trial(setting, label, command, "skipped")
-        need = self.expected(setting)
-        if not skip and self.trials and self.left() < max(need, 1.0):
-            skip = (
-                f"over the search's budget ({human_seconds(max(0.0, self.left()))} left, "
-                f"about {human_seconds(need)} needed)"
-            )
-        index = len(self.trials) + 1
-        if skip:
-            trial.reason = skip
-            self.report(Event("info", f"[{index}] {label}: skipped: {skip}"))
-            self.trials.append(trial)
-            return trial
-        self.report(Event("step", f"[{index}] {label} ..."))
-        t0 = time.monotonic()
-        result = bench.run(
-            [self.target], options=options, plot=None, timeout=self.timeout,
-            report=_quiet(self.report), command=command,
-        )  # fmt: skip
-        trial.seconds = time.monotonic() - t0
-        self._judge(trial, result)
-        self.trials.append(trial)
-        self.report(Event("done", f"[{index}] {label}: {outcome(trial)}"))
-        return trial
-
-    def _judge(self, trial: Trial, result: bench.BenchResult) -> None:
-        if result.errors:
-            trial.status, trial.reason = "failed", result.errors[0]["error"]
-            return
-        data = result.reports[0]
-        trial.report = data
-        runs = _dicts(data.get("runs"))
-        task = data.get("task")
-        chance = task.get("chance") if isinstance(task, dict) else None
-        if runs:
-            run = runs[0]
-            trial.status = "ran"
-            trial.images_per_s = _float(run.get("images_per_s"))
-            trial.first_step_s = _float(run.get("first_step_s"))
-            trial.accuracy = _float(run.get("accuracy"))
-            trial.chance = _float(chance)
-            if trial.chance is not None and trial.accuracy is not None:
-                trial.at_chance = bench_schema.at_chance(trial.accuracy, trial.chance)
-            default = next((t for t in self.trials if t.setting == DEFAULT), None)
-            trial.learns = learns(trial, default if trial.setting != DEFAULT else None)
-            return
-        for key, status in (("failed", "failed"), ("skipped", "skipped")):
-            items = _dicts(data.get(key))
-            if items:
-                trial.status = status  # type: ignore[assignment]
-                trial.reason = str(items[0].get("error") or items[0].get("reason") or "")
-                return
-        trial.status, trial.reason = "failed", "the benchmark reported no run"
-
-    def run(self) -> Search:
-        search = Search(self.target.label, self.budget_s, self.trials)
-        first = self.attempt(DEFAULT)
-        if first.status != "ran":
-            search.error = f"the defaults did not run: {first.reason}"
-            search.seconds = time.monotonic() - self.start
-            return search
-        hw = (first.report or {}).get("hardware")
-        search.hardware = hw if isinstance(hw, dict) else None  # type: ignore[assignment]
-        cap = capability(search.hardware, self.base) if search.hardware else None
-        skips = plan_skips(keras_major(first.report), cap, self.base.model)
-        for setting in SINGLES:
-            self.attempt(setting, skips.get(setting, ""))
-        for setting in combinations(self.trials):
-            self.attempt(setting)
-        self._batches()
-        search.seconds = time.monotonic() - self.start
-        return search
-
-    def _batches(self) -> None:
-        """The best so far at twice its batch, again while it pays and memory holds."""
-        best = choose_best(self.trials)
-        while best is not None:
-            batch = (best.setting.batch or self.base.batch_per_replica) * 2
-            bigger = self.attempt(replace(best.setting, batch=batch))
-            if not (
-                bigger.status == "ran"
-                and bigger.learns
-                and (bigger.images_per_s or 0) >= PAYS * (best.images_per_s or 0)
-            ):
-                return
-            best = bigger
-
-
 def _trial(item: dict[str, object]) -> Trial:
     raw = item.get("setting")
     setting = raw if isinstance(raw, dict) else {}
@@ -460,16 +326,6 @@ def outcome(trial: Trial) -> str:
     return text
 
 
-def _quiet(report: Report) -> Report:
-    """A trial's own progress, less its start and end lines (the search says them)."""
-
-    def forward(event: Event) -> None:
-        if event.kind not in ("step", "done"):
-            report(event)
-
-    return forward
-
-
 def load(paths: Sequence[Path]) -> SearchResult | None:
     """Saved searches (`bench --best --json`) as one result; None when the files are benchmark
     reports instead. A mix of both, or a file that cannot be read, is a usage error."""
@@ -487,26 +343,4 @@ def load(paths: Sequence[Path]) -> SearchResult | None:
     if not all(kinds):
         raise UsageError("--report: give saved searches (--best --json) or reports, not both")
     searches = [s for d in docs for s in SearchResult.from_json(d).searches]
-    return SearchResult(tuple(searches))
-
-
-def run(
-    targets: Sequence[bench.BenchTarget],
-    *,
-    options: bench.BenchOptions,
-    budget_s: float = BUDGET_S,
-    bound_s: float = TRIAL_BOUND_S,
-    timeout: float = 3600,
-    report: Report = nothing,
-) -> SearchResult:
-    """One search per environment, one after the other, each within budget_s."""
-    for target in targets:
-        if not target.python.exists():
-            raise bench.BenchError(f"{target.label}: no interpreter at {target.python}")
-    searches = []
-    for i, target in enumerate(targets, start=1):
-        if len(targets) > 1:
-            report(Event("step", f"environment {i}/{len(targets)}: {target.label} ..."))
-        searcher = _Searcher(target, options, budget_s, bound_s, timeout, report)
-        searches.append(searcher.run())
     return SearchResult(tuple(searches))
