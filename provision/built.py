@@ -277,10 +277,11 @@ def _remove_kernel(name: str) -> str | None:
 # -- export ------------------------------------------------------------------------------------
 
 
-def export(found: Found, dest: Path) -> list[str]:
+def export(found: Found, dest: Path, sbom: bool = False) -> list[str]:
     """A self-contained copy for another machine: the reviewed files, the lock, a README, the
-    smoke test as one zipapp, and the system script where the path needs it. Written next to
-    DEST and renamed into place; an existing DEST is never overwritten."""
+    smoke test as one zipapp, the system script where the path needs it, and with `sbom` the
+    CycloneDX bill of materials (sbom.py). Written next to DEST and renamed into place; an
+    existing DEST is never overwritten."""
     import tempfile
 
     from provision import matrix, payload_app, render
@@ -328,6 +329,13 @@ def export(found: Found, dest: Path) -> list[str]:
             text = pylock.pep751(env.spec, lock_text)
             (tmp / "pylock.toml").write_text(text, encoding="utf-8")
             files.append("pylock.toml")
+        if sbom:
+            from provision import sbom as bill
+
+            if not env.lock.is_file():
+                raise UsageError(f"--sbom lists what the lock holds, and {env.name} has no lock")
+            (tmp / bill.FILE_NAME).write_text(bill.document(env), encoding="utf-8")
+            files.append(bill.FILE_NAME)
         os.rename(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

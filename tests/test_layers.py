@@ -22,7 +22,7 @@ FLOORS: list[list[str]] = [
     ["__main__"],
     ["cli"],
     ["create", "bundle", "built", "change", "drift"],
-    ["fleet", "install", "verify", "bench_search"],
+    ["fleet", "install", "verify", "bench_search", "sbom"],
     ["lock", "releases", "doctor", "bench", "render", "facts"],
     ["tools", "host", "environment", "caches", "bundlefile"],
     ["matrix", "registry", "payload_app", "_proc", "paths", "toolout", "userpackages"],

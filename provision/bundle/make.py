@@ -28,6 +28,7 @@ from provision.bundlefile.bundle_format import (
     CHUNK,
     GROUPS,
     MANIFEST,
+    SBOM,
     BundleError,
     BundleManifest,
     Member,
@@ -115,6 +116,20 @@ def bootstrap_item() -> fetch.Item:
     return fetch.Item(BOOTSTRAP, "bootstrap", path, sha256_file(path))
 
 
+def sbom_item(env: EnvDir, subdir: str, cache: fetch.BundleCache) -> fetch.Item:
+    """The bill of materials of the lock for the target (provision.sbom), kept in the cache under
+    its own sha256: the same lock gives the same file."""
+    from provision import sbom
+    from provision.fileio import sha256_text, write_atomic
+
+    text = sbom.document(env, subdir)
+    digest = sha256_text(text)
+    path = cache.folder("sbom") / f"{digest}.cdx.json"
+    if not path.is_file():
+        write_atomic(path, text)
+    return fetch.Item(SBOM, "sbom", path, digest)
+
+
 def requires_of(
     env: EnvDir,
     target: fetch.BundleMachine,
@@ -191,6 +206,7 @@ def build(
     report(Event("step", f"collecting provision's wheels for Python {target.provision_python}"))
     items += bundle_self.provision_wheels(target, cache, wheelhouse, report)
     items.append(bootstrap_item())
+    items.append(sbom_item(env, target.subdir, cache))
     items.sort(key=lambda i: (GROUPS.index(i.group), i.name))
     manifest = BundleManifest(
         name=env.name,

@@ -8,6 +8,7 @@ The tar is uncompressed (wheels and conda packages are compressed already) and h
     manifest.json.sig    with `provision bundle --sign KEY`: the manifest's SSH signature
                          (bundle_sign); not a member the manifest lists
     bootstrap.py         stdlib only: installs provision from the bundle on a host that has none
+    sbom.cdx.json        the CycloneDX bill of materials of the lock for the target (provision.sbom)
     provision/*.whl      provision and its dependencies, for the target's Python and platform
     env/NAME/...         the environment directory: provision.json, its reviewed files, the lock
     wheels/*.whl         the lock's wheels (and the pip part of a conda lock)
@@ -43,13 +44,14 @@ READS = (1, 2)
 ROOT = "provision-bundle"
 MANIFEST = "manifest.json"
 BOOTSTRAP = "bootstrap.py"
-GROUPS = ("manifest", "bootstrap", "provision", "env", "wheels", "conda", "toolkit")
+GROUPS = ("manifest", "bootstrap", "sbom", "provision", "env", "wheels", "conda", "toolkit")
+SBOM = "sbom.cdx.json"
 MTIME = 1_577_836_800  # 2020-01-01 00:00 UTC, every member
 PART_MAGIC = b"provision-bundle-part 1\n"
 PART_HEADER = 512
 CHUNK = 1 << 20
 _MEMBER_RE = re.compile(
-    r"^(bootstrap\.py|(provision|wheels|conda|toolkit)/[^/]+|env/[A-Za-z0-9][A-Za-z0-9._-]*"
+    r"^(bootstrap\.py|sbom\.cdx\.json|(provision|wheels|conda|toolkit)/[^/]+|env/[A-Za-z0-9][A-Za-z0-9._-]*"
     r"(/[A-Za-z0-9_.-]+)+)$"
 )
 

@@ -129,11 +129,13 @@ def kernel_cmd(name: str, out: Path | None, display_name: str | None, prefix: Pa
 @click.argument("name")
 @click.argument("dest", type=SafePath(path_type=Path))
 @find_option
-def export_cmd(name: str, dest: Path, out: Path | None) -> None:
+@click.option("--sbom", is_flag=True,
+              help="Also write sbom.cdx.json, the lock's CycloneDX bill of materials.")  # fmt: skip
+def export_cmd(name: str, dest: Path, out: Path | None, sbom: bool) -> None:
     """A self-contained copy of NAME for another machine: inputs, lock, README, smoke test."""
     from provision import built
 
-    files = built.export(_find(name, out), dest)
+    files = built.export(_find(name, out), dest, sbom=sbom)
     click.echo(f"exported {name} to {dest} ({len(files)} files)")
 
 
