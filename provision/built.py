@@ -333,7 +333,10 @@ def export(found: Found, dest: Path, sbom: bool = False) -> list[str]:
             from provision import sbom as bill
 
             if not env.lock.is_file():
-                raise UsageError(f"--sbom lists what the lock holds, and {env.name} has no lock")
+                raise ProvisionError(
+                    f"--sbom lists what the lock holds, and {env.name} has no lock yet: "
+                    f"provision lock {env.name}"
+                )
             (tmp / bill.FILE_NAME).write_text(bill.document(env), encoding="utf-8")
             files.append(bill.FILE_NAME)
         os.rename(tmp, dest)

@@ -112,6 +112,8 @@ class Trust:
     @classmethod
     def configured(cls, options: list[str]) -> Trust | None:
         def pick(flag: str, env: str, name: str) -> Path | None:
+            if options and options[-1] == flag:
+                fail(f"{flag} needs a file")
             given = [options[i + 1] for i, a in enumerate(options[:-1]) if a == flag]
             given += [a.split("=", 1)[1] for a in options if a.startswith(flag + "=")]
             if given:
