@@ -375,6 +375,8 @@ def test_bootstrap_refuses_before_it_installs_anything(
             env={"PATH": str(tmp_path / "no-bin"), "PROVISION_TRUST": allowed})  # fmt: skip
     expired = str(keys.allowed('bob@lab valid-before="20200101" bob'))
     refused(boot(bundles["bob"], f"--trust={expired}"), tmp_path, home, "key has expired")
+    done = offline(boot(bundles["bob"], "--trust"), env={"PROVISION_HOME": str(home)})
+    assert done.returncode == 1 and "--trust needs a file" in done.stderr, done.stderr
     assert not home.exists()
 
 

@@ -147,6 +147,10 @@ def test_the_sbom_of_a_conda_environment_lists_the_lock(
 def test_every_bundle_carries_the_sbom_of_its_lock(
     index: Index, env: Env, wheelhouse: Path, tmp_path: Path
 ) -> None:
+    code, text = run_cli("export", env.name, str(tmp_path / "early"), "--out", str(env.out),
+                         "--sbom")  # fmt: skip
+    assert code == 1 and "has no lock yet: provision lock tiny" in text, text
+    assert not (tmp_path / "early").exists()
     env.lock(index.add("1.0"))
     bundle = tmp_path / "tiny.tar"
     code, text = run_cli("bundle", env.name, "--out", str(env.out), "-o", str(bundle), "-q",
