@@ -187,11 +187,18 @@ INDEX_FIXTURES = frozenset(
 )
 
 
+# The markers a run's timings are summed by (tests/tools/durations.py); a test may carry several.
+TIMED_MARKERS = frozenset({"slow", "index", "container", "gpu"})
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         uses = set(getattr(item, "fixturenames", ()))
         if uses & INDEX_FIXTURES or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.index)
+        # Every test's file and markers go into --junitxml's report, for tests/tools/durations.py.
+        marks = sorted({m.name for m in item.iter_markers()} & TIMED_MARKERS)
+        item.user_properties += [("file", item.location[0]), ("markers", " ".join(marks))]
 
 
 # -- bundles: provision's own wheels for this host's Python (tests/bundletools.py) --------------
