@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,11 @@ SCRIPT = ROOT / "tests" / "tools" / "durations.py"
 
 def _pytest(args: list[str], cwd: Path, tmp_path: Path) -> None:
     # Its own basetemp and no cache folder: a second session must not touch this one's folders.
+    # Not this session's PYTEST_ADDOPTS: test paths there would run this file again, and again.
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     argv += [f"--basetemp={tmp_path / 'inner'}", *args]
-    subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def _durations(*args: str) -> str:
