@@ -1,0 +1,74 @@
+"""`provision image NAME`: Click wiring only; the work is provision.image's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from provision.cli.args import SafePath
+from provision.cli.common import _find, emit_json, find_option, presenter
+
+
+@click.command("image")
+@click.argument("name", required=False)
+@find_option
+@click.option("-o", "--output", type=SafePath(path_type=Path, dir_okay=False),
+              help="The OCI archive (default: NAME.oci.tar).")  # fmt: skip
+@click.option("--base", type=SafePath(path_type=Path, exists=True), required=True,
+              help="The base: an OCI archive or layout, or a root filesystem folder (debootstrap "
+              "--variant=minbase --include=python3,python3-venv,ca-certificates).")  # fmt: skip
+@click.option("--from-bundle", "bundle", type=SafePath(path_type=Path, dir_okay=False, exists=True),
+              help="Build from this bundle (or its first part); default: NAME's, made here from "
+              "the cache as provision bundle makes it.")  # fmt: skip
+@click.option("--format", "formats", type=click.Choice(["oci", "apptainer"]), multiple=True,
+              help="apptainer: also an Apptainer definition beside the archive (NAME.def) that "
+              "builds a SIF from it with no network.")  # fmt: skip
+@click.option("--tag", help="The name podman load gives the image (default localhost/NAME:latest).")
+@click.option("--compression-level", "level", type=click.IntRange(1, 9), default=6,
+              show_default=True, help="gzip level of the layers.")  # fmt: skip
+@click.option("--trust", type=SafePath(path_type=Path, dir_okay=False, exists=True),
+              help="Refuse a bundle not signed by a signer in this allowed_signers file."
+              )  # fmt: skip
+@click.option("--no-layer-cache", is_flag=True,
+              help="Compress every layer again (default: reuse layers compressed before)."
+              )  # fmt: skip
+@click.option("--force", is_flag=True, help="Replace an existing output file (never a device).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def image_cmd(
+    name: str | None, out: Path | None, output: Path | None, base: Path, bundle: Path | None,
+    formats: tuple[str, ...], tag: str | None, level: int, trust: Path | None,
+    no_layer_cache: bool, force: bool, quiet: bool, as_json: bool,
+) -> None:  # fmt: skip
+    """An OCI image of NAME (an OCI archive: podman load -i FILE), built with no network from
+    its bundle on a base of Debian's packages; provision verify NAME is its health check."""
+    from provision import caches
+    from provision.bundlefile import bundle_sign
+    from provision.image import assemble
+
+    if name is None and bundle is None:
+        raise click.UsageError("give an environment NAME, or --from-bundle FILE")
+    env = _find(name, out).env if bundle is None and name is not None else None
+    shown = name or bundle.name.split(".")[0]  # type: ignore[union-attr]
+    request = assemble.Request(
+        output=output or Path(f"{shown}.oci.tar"), base=base, bundle=bundle, env=env,
+        force=force, level=level, tag=tag or "", apptainer="apptainer" in formats,
+        trust=bundle_sign.trust_from(trust),
+        cache=None if no_layer_cache else caches.root() / "image-layers",
+    )  # fmt: skip
+    report = presenter(quiet)
+    result = assemble.build_image(request, report)
+    report.close()
+    if as_json:
+        emit_json(result.as_json())
+        return
+    click.echo(
+        f"wrote {result.output} ({result.size / 1e6:.1f} MB, {len(result.layers)} layers; "
+        f"bundle {result.bundle_size / 1e6:.1f} MB + base {result.base_size / 1e6:.1f} MB) "
+        f"in {result.seconds['total']:.1f} s"
+    )
+    click.echo(f"digest {result.digest}")
+    if result.definition is not None:
+        click.echo(f"apptainer build {result.name}.sif {result.definition}")
+    click.echo(f"podman load -i {result.output}; health check: provision verify {result.name}")

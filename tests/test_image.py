@@ -1,0 +1,179 @@
+"""provision image: an OCI image of an environment, built with no network from its bundle on a base
+debootstrapped from Debian's packages (no registry image).
+
+The base is made once per test cache (debootstrap --variant=minbase with python3 and python3-venv,
+about two minutes) and reused; the images are built for real (root: unshare and chroot), then read
+back as OCI archives, loaded into podman and run with crun on the root filesystem umoci unpacks
+(`podman run` fails on these build machines with a setrlimit error; crun is the runtime podman
+itself would start). The fast tests need none of that: the Apptainer definition (parsed by
+spython), refusals that come before any base is opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from bundletools import cache_root
+from clitools import run_cli
+from test_bundle import make_bundle
+from tinyindex import Env, Index
+
+from provision.image import assemble, oci
+
+GOLDEN = Path(__file__).parent / "golden" / "image" / "tiny.def"
+SUITE = "bookworm"
+
+
+def why_no_image_build() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (unshare and chroot into the base's root filesystem)"
+    for tool in ("unshare", "chroot", "debootstrap"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (apt-get install debootstrap util-linux)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def base_rootfs() -> Path:
+    """A debootstrapped Debian with Python, made once and kept in the test cache."""
+    reason = why_no_image_build()
+    if reason:
+        pytest.skip(reason)
+    folder = cache_root().parent / "image-base" / SUITE
+    if not (folder / "usr" / "bin" / "python3").exists():
+        tmp = folder.with_name(f".{SUITE}.{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
+             SUITE, str(tmp)],
+            capture_output=True, text=True, timeout=1800, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            pytest.skip(f"debootstrap failed (no Debian mirror?): {done.stderr[-500:]}")
+        shutil.rmtree(folder, ignore_errors=True)
+        tmp.rename(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def base_archive(base_rootfs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The base as an OCI archive (what `skopeo copy containers-storage:... oci-archive:` gives)."""
+    work = tmp_path_factory.mktemp("base")
+    (work / "blobs").mkdir()
+    base = oci.read_base(base_rootfs, work, 1, None)
+    config = oci.json_blob(
+        {"architecture": "amd64", "os": "linux", "config": {"Env": ["LANG=C.UTF-8"]},
+         "rootfs": {"type": "layers", "diff_ids": [x.diff_id for x in base.layers]}},
+        work / "blobs", oci.CONFIG,
+    )  # fmt: skip
+    manifest = oci.json_blob(
+        {"schemaVersion": 2, "mediaType": oci.MANIFEST, "config": config.descriptor(),
+         "layers": [x.blob.descriptor() for x in base.layers]},
+        work / "blobs", oci.MANIFEST,
+    )  # fmt: skip
+    dest = work / "bookworm.oci.tar"
+    oci.write_archive(dest, manifest, [config, *(x.blob for x in base.layers)], "bookworm")
+    return dest
+
+
+def tiny_user_env(index: Index, env: Env) -> None:
+    """tiny locked to provision-tiny 1.0 (the locked packages)."""
+    env.lock(index.add("1.0", payload=1 << 16))
+
+
+def build(bundle: Path, base: Path, dest: Path, *extra: str) -> dict[str, object]:
+    code, out = run_cli(
+        "image", "--from-bundle", str(bundle), "--base", str(base), "-o", str(dest), "--json",
+        "-q", "--no-layer-cache", *extra,
+    )  # fmt: skip
+    assert code == 0, out
+    return dict(json.loads(out))
+
+
+def read_archive(path: Path) -> tuple[dict[str, object], dict[str, object], list[str]]:
+    """(manifest, config, names of the archive's members) of an OCI archive."""
+    with tarfile.open(path) as tar:
+        names = tar.getnames()
+        index = json.loads(tar.extractfile("index.json").read())  # type: ignore[union-attr]
+        digest = index["manifests"][0]["digest"].removeprefix("sha256:")
+        manifest = json.loads(tar.extractfile(f"blobs/sha256/{digest}").read())  # type: ignore[union-attr]
+        config_digest = manifest["config"]["digest"].removeprefix("sha256:")
+        config = json.loads(tar.extractfile(f"blobs/sha256/{config_digest}").read())  # type: ignore[union-attr]
+    return manifest, config, names
+
+
+@pytest.mark.container
+def test_image_of_a_bundle_twice_gives_one_digest_and_runs(
+    index: Index, env: Env, wheelhouse: Path, tmp_path: Path, base_archive: Path
+) -> None:
+    tiny_user_env(index, env)
+    bundle = make_bundle(env, tmp_path / "b" / "tiny.bundle.tar", wheels=wheelhouse)
+    first = build(bundle, base_archive, tmp_path / "one.oci.tar")
+    second = build(bundle, base_archive, tmp_path / "two.oci.tar")
+    assert first["digest"] == second["digest"]
+    assert (tmp_path / "one.oci.tar").read_bytes() == (tmp_path / "two.oci.tar").read_bytes()
+    manifest, config, names = read_archive(tmp_path / "one.oci.tar")
+    assert names[-2:] == ["index.json", "oci-layout"]
+    inner = config["config"]
+    assert isinstance(inner, dict)
+    assert inner["Healthcheck"]["Test"] == ["CMD", "provision", "verify", "tiny"]
+    assert any(e.startswith("PATH=/opt/provision/envs/tiny/bin:") for e in inner["Env"])
+    assert len(manifest["layers"]) == 4  # type: ignore[arg-type]
+    assert not list(tmp_path.glob(".*image-*")), "the work folder stayed"
+
+
+@pytest.mark.container
+def test_a_tampered_bundle_is_refused_before_anything_is_built(
+    index: Index, env: Env, wheelhouse: Path, tmp_path: Path, base_archive: Path
+) -> None:
+    tiny_user_env(index, env)
+    bundle = make_bundle(env, tmp_path / "b" / "tiny.bundle.tar", wheels=wheelhouse)
+    data = bytearray(bundle.read_bytes())
+    at = data.rfind(b"provision_tiny")  # inside the locked wheel, the last member but the SBOM's
+    data[at] ^= 0x20
+    bundle.write_bytes(bytes(data))
+    code, out = run_cli("image", "--from-bundle", str(bundle), "--base", str(base_archive),
+                        "-o", str(tmp_path / "t.oci.tar"))  # fmt: skip
+    assert code == 1 and "nothing was built" in out, out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "envs", "home", "index"]
+
+
+def test_a_missing_bundle_part_is_refused(tmp_path: Path) -> None:
+    part = tmp_path / "tiny.bundle.tar.002"
+    part.write_bytes(b"provision-bundle-part 1\n" + b"\0" * 600)
+    code, out = run_cli("image", "--from-bundle", str(part), "--base", str(tmp_path),
+                        "-o", str(tmp_path / "t.oci.tar"))  # fmt: skip
+    assert code == 1, out
+    assert not (tmp_path / "t.oci.tar").exists()
+
+
+def test_an_existing_output_is_kept_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "t.oci.tar"
+    out.write_text("mine")
+    bundle = tmp_path / "x.bundle.tar"
+    bundle.write_text("x")
+    code, text = run_cli("image", "--from-bundle", str(bundle), "--base", str(tmp_path),
+                         "-o", str(out))  # fmt: skip
+    assert code == 2 and "--force" in text, text
+    assert out.read_text() == "mine"
+
+
+def test_apptainer_definition_is_stable_and_parses() -> None:
+    text = assemble.apptainer_definition("tiny", "tiny.oci.tar")
+    if os.environ.get("PROVISION_REGEN_GOLDEN"):
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text(), "regenerate with PROVISION_REGEN_GOLDEN=1"
+    parsers = pytest.importorskip("spython.main.parse.parsers")
+    recipe = parsers.SingularityParser(str(GOLDEN)).recipe
+    assert recipe.fromHeader == "tiny.oci.tar"
+    assert "provision verify tiny" in recipe.test
+    assert recipe.labels == ["io.provision.environment tiny"]
