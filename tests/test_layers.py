@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "provision"
 FLOORS: list[list[str]] = [
     ["__main__"],
     ["cli"],
+    ["image"],
     ["create", "bundle", "built", "change", "drift"],
     ["fleet", "install", "verify", "bench_search", "sbom"],
     ["lock", "releases", "doctor", "bench", "render", "facts"],

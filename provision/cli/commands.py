@@ -466,11 +466,12 @@ def _register_use_commands() -> None:
     from provision.cli import use as cli_use
     from provision.cli.cachecmd import cache_cmd
     from provision.cli.drift_report import check_cmd
+    from provision.cli.image_cmd import image_cmd
 
     for command in (
         bench_cmd.bench_cmd, cli_use.list_cmd, cli_use.show_cmd, cli_use.remove_cmd,
         cli_use.run_cmd, cli_use.kernel_cmd, cli_use.export_cmd, cli_use.fleet_cmd,
-        cli_use.bundle_cmd, cache_cmd, check_cmd, packages.add_cmd, packages.drop_cmd,
+        cli_use.bundle_cmd, cache_cmd, check_cmd, packages.add_cmd, packages.drop_cmd, image_cmd,
     ):  # fmt: skip
         cli.add_command(command)
     matrix_cmd.add_command(matrix_update.update_cmd)
