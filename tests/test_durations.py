@@ -67,5 +67,6 @@ def test_another_projects_run_gives_files_outcomes_and_a_comparison(tmp_path: Pa
         "test_mini.py::TestGroup::test_fails": "failed",
         "test_mini.py::test_skip": "skipped",
     }
+    assert _durations(str(xml), "--counts") == "1 passed, 1 failed, 1 skipped\n"
     both = _durations(str(xml), str(xml))
     assert "s before" in both and "change" in both

@@ -5,6 +5,7 @@
     .venv/bin/python tests/tools/durations.py run.xml --slowest 25
     .venv/bin/python tests/tools/durations.py before.xml after.xml    # two runs side by side
     .venv/bin/python tests/tools/durations.py run.xml --json
+    .venv/bin/python tests/tools/durations.py run.xml --counts        # 3504 passed, 0 failed, ...
 
 A test's time is pytest's (set-up, call and tear-down: a session fixture's build is charged to the
 first test that asks for it). Its file and markers come from the properties tests/conftest.py
@@ -184,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("xml", nargs="+", type=Path, help="JUnit XML of a run; two to compare")
     parser.add_argument("--slowest", type=int, default=0, metavar="N", help="also the N slowest")
     parser.add_argument("--json", action="store_true", help="the tables as one JSON object")
+    parser.add_argument(
+        "--counts", action="store_true", help="only pytest's closing counts: N passed, N failed"
+    )
     args = parser.parse_args(argv)
     if len(args.xml) > 2:
         parser.error("one run, or two to compare")
@@ -193,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"durations: error: {exc}", file=sys.stderr)
         return 1
 
+    if args.counts:
+        for cases, _ in runs:
+            whole = total(cases)
+            passed = whole.tests - whole.failed - whole.skipped
+            print(f"{passed} passed, {whole.failed} failed, {whole.skipped} skipped")
+        return 0
     if args.json:
         print(
             json.dumps(
