@@ -82,7 +82,9 @@ def open_stream(path: Path) -> Parts | BinaryIO:
     return Parts(path) if split else open(path, "rb")
 
 
-def read_manifest(tar: tarfile.TarFile, source: Path, trust: Trust | None) -> dict[str, Any]:
+def read_manifest(
+    tar: tarfile.TarFile, source: Path, trust: TrustedSigners | None
+) -> dict[str, Any]:
     info = tar.next()
     if info is None or info.name != ROOT + "manifest.json":
         fail(f"{source} is not a provision bundle (its first member is not the manifest)")
@@ -101,7 +103,7 @@ def read_manifest(tar: tarfile.TarFile, source: Path, trust: Trust | None) -> di
     return raw  # type: ignore[no-any-return]
 
 
-class Trust:
+class TrustedSigners:
     """Trusted signers (an OpenSSH allowed_signers file) and revoked keys, checked by ssh-keygen
     as provision's bundle_sign checks them."""
 
@@ -110,7 +112,7 @@ class Trust:
         self.revoked = revoked
 
     @classmethod
-    def configured(cls, options: list[str]) -> Trust | None:
+    def configured(cls, options: list[str]) -> TrustedSigners | None:
         def pick(flag: str, env: str, name: str) -> Path | None:
             if options and options[-1] == flag:
                 fail(f"{flag} needs a file")
@@ -248,7 +250,7 @@ def main(argv: list[str]) -> int:
         fail(f"{bundle}: no such file")
     provision_only = "--provision-only" in argv[1:]
     options = [a for a in argv[1:] if a != "--provision-only"]
-    trust = Trust.configured(options)
+    trust = TrustedSigners.configured(options)
     with tarfile.open(fileobj=open_stream(bundle), mode="r|") as tar:  # type: ignore[call-overload]
         manifest = read_manifest(tar, bundle, trust)
         version, wanted = manifest["provision_version"], manifest["provision_python"]
