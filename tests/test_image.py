@@ -18,11 +18,12 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import imagetools
 import pytest
 from bundletools import cache_root
 from clitools import run_cli
 from test_bundle import make_bundle
-from tinyindex import Env, Index
+from tinyindex import Env, Index, reseal
 
 from provision.image import assemble, oci
 
@@ -84,9 +85,21 @@ def base_archive(base_rootfs: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return dest
 
 
-def tiny_user_env(index: Index, env: Env) -> None:
-    """tiny locked to provision-tiny 1.0 (the locked packages)."""
-    env.lock(index.add("1.0", payload=1 << 16))
+def tiny_user_env(index: Index, env: Env, version: str = "1.0", user: bool = False) -> None:
+    """tiny locked to provision-tiny VERSION; `user`: a package of the user's (packages.in)."""
+    if user:
+        from provision.userpackages import header
+
+        (env.dir / "packages.in").write_text(header("tiny", False) + "provision-tiny\n")
+        reseal(env.dir, "packages.in")
+    env.lock(index.add(version, payload=1 << 16))
+
+
+def layer_names(archive: Path, digest: str) -> list[str]:
+    with tarfile.open(archive) as tar:
+        blob = tar.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+        with tarfile.open(fileobj=blob, mode="r:gz") as layer:
+            return layer.getnames()
 
 
 def build(bundle: Path, base: Path, dest: Path, *extra: str) -> dict[str, object]:
@@ -128,6 +141,43 @@ def test_image_of_a_bundle_twice_gives_one_digest_and_runs(
     assert any(e.startswith("PATH=/opt/provision/envs/tiny/bin:") for e in inner["Env"])
     assert len(manifest["layers"]) == 4  # type: ignore[arg-type]
     assert not list(tmp_path.glob(".*image-*")), "the work folder stayed"
+    reason = imagetools.why_no_crun()
+    if reason:
+        pytest.skip(reason)
+    bundle_dir = imagetools.unpack(tmp_path / "one.oci.tar", tmp_path / "run")
+    try:
+        # No activation: `python` is the environment's, and provision knows it as built.
+        done = imagetools.crun(bundle_dir, ["sh", "-c", "python -c 'import provision_tiny, sys; "
+                               "print(provision_tiny.VERSION, sys.prefix)' && provision list "
+                               "--json"], "provision-test-tiny")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        first_line, _, listed = done.stdout.partition("\n")
+        assert first_line == "1.0 /opt/provision/envs/tiny"
+        assert [e["name"] for e in json.loads(listed)] == ["tiny"]
+    finally:
+        shutil.rmtree(tmp_path / "run")
+
+
+@pytest.mark.container
+def test_the_users_packages_change_only_the_last_layer(
+    index: Index, env: Env, wheelhouse: Path, tmp_path: Path, base_archive: Path
+) -> None:
+    tiny_user_env(index, env, "1.0", user=True)
+    one = make_bundle(env, tmp_path / "b1" / "tiny.bundle.tar", wheels=wheelhouse)
+    first = build(one, base_archive, tmp_path / "one.oci.tar")
+    tiny_user_env(index, env, "2.0")  # packages.in as it was, another version locked
+    two = make_bundle(env, tmp_path / "b2" / "tiny.bundle.tar", wheels=wheelhouse)
+    second = build(two, base_archive, tmp_path / "two.oci.tar")
+    layers = [[x["digest"] for x in r["layers"]] for r in (first, second)]  # type: ignore[attr-defined]
+    assert layers[0][:-1] == layers[1][:-1]  # base, provision's venv, the locked packages
+    assert layers[0][-1] != layers[1][-1]
+    site = "opt/provision/envs/tiny/lib/python3.11/site-packages"
+    users = layer_names(tmp_path / "one.oci.tar", layers[0][-1])
+    locked = layer_names(tmp_path / "one.oci.tar", layers[0][-2])
+    assert f"{site}/provision_tiny/__init__.py" in users
+    assert f"{site}/provision_tiny-1.0.dist-info/RECORD" in users
+    assert not [n for n in locked if "provision_tiny" in n and "nvidia" not in n]
+    assert f"{site}/provision_env_hook.pth" in locked
 
 
 @pytest.mark.container

@@ -156,6 +156,14 @@ def user_files(rootfs: Path, record: registry.Record) -> set[str]:
                     found.add(pyc.relative_to(rootfs).as_posix())
         found.add(info.relative_to(rootfs).as_posix())
         found.update(p.relative_to(rootfs).as_posix() for p in info.rglob("*"))
+    # A folder below site-packages that holds nothing else (the package's own) is theirs too
+    site_rel = site.relative_to(rootfs).as_posix()
+    parents = {str(Path(f).parent) for f in found}
+    for folder in sorted(parents, key=lambda f: -f.count("/")):
+        if folder.startswith(site_rel + "/") and all(
+            p.relative_to(rootfs).as_posix() in found for p in (rootfs / folder).rglob("*")
+        ):
+            found.add(folder)
     return found
 
 
@@ -168,9 +176,10 @@ def own_layers(rootfs: Path, name: str, blobs: Path, request: Request, report: R
     prefix_rel = record.prefix.lstrip("/")
     venv = [(n, p) for n, p in oci.entries(rootfs / home_rel / "venv", f"{home_rel}/venv")]
     users = user_files(rootfs, record) | {f"{prefix_rel}/{n}" for n in BUILD_RECORDS}
+    kept = f"{prefix_rel}/{environment.KEPT_SOURCE}/"  # the environment directory, lock included
     prefix = oci.entries(rootfs / prefix_rel, prefix_rel)
-    env_items = [(n, p) for n, p in prefix if n not in users]
-    user_items = [(n, p) for n, p in prefix if n in users]
+    env_items = [(n, p) for n, p in prefix if n not in users and not n.startswith(kept)]
+    user_items = [(n, p) for n, p in prefix if n in users or n.startswith(kept)]
     taken = {"venv", os.path.relpath(prefix_rel, home_rel), *SKIP}
     rest = oci.entries(rootfs / home_rel, home_rel, skip=taken)
     user_items += [(n, p) for n, p in rest if n != home_rel]

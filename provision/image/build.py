@@ -230,7 +230,7 @@ def settle_record(rootfs: Path, name: str) -> None:
 
 def settle_prefix(rootfs: Path, record: registry.Record) -> None:
     """uv's uv_cache.json in each dist-info records the install's clock time: the image's fixed
-    time instead, and its line of RECORD to match (what a later `uv pip` or a RECORD check reads)."""
+    time instead, and its line of RECORD to match (what `uv pip` or a RECORD check reads)."""
     import base64
     import hashlib
     import json
