@@ -216,14 +216,24 @@ def test_an_existing_output_is_kept_without_force(tmp_path: Path) -> None:
     assert out.read_text() == "mine"
 
 
-def test_apptainer_definition_is_stable_and_parses() -> None:
+def test_apptainer_definition_is_stable_and_parses(tmp_path: Path) -> None:
     text = assemble.apptainer_definition("tiny", "tiny.oci.tar")
     if os.environ.get("PROVISION_REGEN_GOLDEN"):
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text(), "regenerate with PROVISION_REGEN_GOLDEN=1"
+    header = [line for line in text.splitlines() if line and not line.startswith("#")][:2]
+    assert header == ["Bootstrap: oci-archive", "From: tiny.oci.tar"]
     parsers = pytest.importorskip("spython.main.parse.parsers")
-    recipe = parsers.SingularityParser(str(GOLDEN)).recipe
+    # spython reads only docker bootstraps (its parser raises NotImplementedError for any other):
+    # the header is checked above, the rest is spython's to read.
+    as_docker = tmp_path / "tiny.def"
+    as_docker.write_text(text.replace("Bootstrap: oci-archive", "Bootstrap: docker"))
+    (recipe,) = parsers.SingularityParser(str(as_docker)).recipe.values()
     assert recipe.fromHeader == "tiny.oci.tar"
-    assert "provision verify tiny" in recipe.test
+    # spython turns %test into a script it writes (tests.sh) and runs
+    assert recipe.test == "/bin/bash /tests.sh"
+    assert recipe.install[-2:] == ['echo "exec provision verify tiny" >> /tests.sh',
+                                   "chmod u+x /tests.sh"]  # fmt: skip
     assert recipe.labels == ["io.provision.environment tiny"]
+    assert recipe.environ == [] and recipe.files == []  # nothing from this host's disk
