@@ -102,10 +102,10 @@ def layer_names(archive: Path, digest: str) -> list[str]:
             return layer.getnames()
 
 
-def build(bundle: Path, base: Path, dest: Path, *extra: str) -> dict[str, object]:
+def build(bundle: Path, base: Path, dest: Path, cache: bool = False) -> dict[str, object]:
     code, out = run_cli(
         "image", "--from-bundle", str(bundle), "--base", str(base), "-o", str(dest), "--json",
-        "-q", "--no-layer-cache", *extra,
+        "-q", *([] if cache else ["--no-layer-cache"]),
     )  # fmt: skip
     assert code == 0, out
     return dict(json.loads(out))
@@ -130,9 +130,14 @@ def test_image_of_a_bundle_twice_gives_one_digest_and_runs(
     tiny_user_env(index, env)
     bundle = make_bundle(env, tmp_path / "b" / "tiny.bundle.tar", wheels=wheelhouse)
     first = build(bundle, base_archive, tmp_path / "one.oci.tar")
-    second = build(bundle, base_archive, tmp_path / "two.oci.tar")
+    second = build(bundle, base_archive, tmp_path / "two.oci.tar", cache=True)
     assert first["digest"] == second["digest"]
     assert (tmp_path / "one.oci.tar").read_bytes() == (tmp_path / "two.oci.tar").read_bytes()
+    # Again with the cache the second build filled: nothing is built, the same image comes out
+    third = build(bundle, base_archive, tmp_path / "three.oci.tar", cache=True)
+    assert third["digest"] == first["digest"] and "build" not in third["seconds"]  # type: ignore[operator]
+    (tmp_path / "two.oci.tar").unlink()
+    (tmp_path / "three.oci.tar").unlink()
     manifest, config, names = read_archive(tmp_path / "one.oci.tar")
     assert names[-2:] == ["index.json", "oci-layout"]
     inner = config["config"]

@@ -10,10 +10,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from provision import environment, registry
+from provision.bundlefile.bundle_format import BundleManifest
 from provision.bundlefile.bundle_sign import Trust
-from provision.image import build, oci
+from provision.image import build, oci, recipe
 from provision.image.oci import ImageError
 from provision.progress import Event, Report, nothing
 from provision.userpackages import canonical
@@ -68,24 +70,18 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
                                 report=report).files[0]  # fmt: skip
             seconds["bundle"] = time.monotonic() - started
         manifest = build.check_bundle(bundle, request.trust, report)
-        bootstrap = build.first_bootstrap(bundle)
         (work / "blobs").mkdir()
         base = oci.read_base(request.base, work, request.level, request.cache)
-        report(Event("step", f"unpacking the base ({len(base.layers)} layer(s))"))
-        rootfs = work / "rootfs"
-        rootfs.mkdir()
-        oci.unpack(base.layers, rootfs)
-        t0 = time.monotonic()
-        report(Event("step", f"building {manifest.name} inside the base, with no network"))
-        build.build_in_root(rootfs, bundle, bootstrap, report)
-        build.settle_record(rootfs, manifest.name)
-        build.settle_prefix(rootfs, _record(rootfs, manifest.name))
-        seconds["build"] = time.monotonic() - t0
-        t0 = time.monotonic()
-        layers = own_layers(rootfs, manifest.name, work / "blobs", request, report)
-        seconds["layers"] = time.monotonic() - t0
-        record = _record(rootfs, manifest.name)
-        config = image_config(base, layers, record, manifest.tf, manifest.lock_sha256)
+        ref = request.tag or f"localhost/{manifest.name}:latest"
+        key = recipe.key(manifest, base, request.level, ref)
+        earlier = recipe.load(request.cache, key, request.level) if request.cache else None
+        if earlier is not None:
+            report(Event("step", "this bundle was built on this base before: its layers reused"))
+            layers, config = earlier
+        else:
+            layers, config = _build(request, work, base, bundle, manifest, seconds, report)
+            if request.cache is not None:
+                recipe.save(request.cache, key, layers, config)
         config_blob = oci.json_blob(config, work / "blobs", oci.CONFIG)
         all_layers = (*base.layers, *layers)
         image_manifest = {
@@ -97,7 +93,6 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
         }
         manifest_blob = oci.json_blob(image_manifest, work / "blobs", oci.MANIFEST)
         tmp = work / "image.oci.tar"
-        ref = request.tag or f"localhost/{manifest.name}:latest"
         oci.write_archive(tmp, manifest_blob, [config_blob, *(x.blob for x in all_layers)], ref)
         from provision.paths import output_file
 
@@ -115,6 +110,29 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
         tuple(all_layers), sum(p.stat().st_size for p in _parts(bundle)),
         sum(x.blob.size for x in base.layers), seconds, definition,
     )  # fmt: skip
+
+
+def _build(
+    request: Request, work: Path, base: oci.Base, bundle: Path, manifest: BundleManifest,
+    seconds: dict[str, float], report: Report,
+) -> tuple[tuple[oci.Layer, ...], dict[str, Any]]:  # fmt: skip
+    """The base unpacked, the bundle built inside it, the layers and the config of what it made."""
+    bootstrap = build.first_bootstrap(bundle)
+    report(Event("step", f"unpacking the base ({len(base.layers)} layer(s))"))
+    rootfs = work / "rootfs"
+    rootfs.mkdir()
+    oci.unpack(base.layers, rootfs)
+    t0 = time.monotonic()
+    report(Event("step", f"building {manifest.name} inside the base, with no network"))
+    build.build_in_root(rootfs, bundle, bootstrap, report)
+    build.settle_record(rootfs, manifest.name)
+    build.settle_prefix(rootfs, _record(rootfs, manifest.name))
+    seconds["build"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    layers = own_layers(rootfs, manifest.name, work / "blobs", request, report)
+    seconds["layers"] = time.monotonic() - t0
+    record = _record(rootfs, manifest.name)
+    return layers, image_config(base, layers, record, manifest.tf, manifest.lock_sha256)
 
 
 def _parts(bundle: Path) -> list[Path]:

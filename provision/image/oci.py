@@ -183,11 +183,9 @@ def write_layer(
     diff_id = layer_diff_id(items, owners)
     key = f"{diff_id.removeprefix('sha256:')}-{level}.tar.gz"
     cached = cache / key if cache is not None else None
-    if cached is not None and cached.is_file():
+    if cached is not None and cached.is_file():  # read from the cache when the archive is written
         digest = "sha256:" + _sha256(cached)
-        dest = blobs / digest.removeprefix("sha256:")
-        _copy(cached, dest)
-        return Layer(Blob(digest, dest.stat().st_size, dest, LAYER), diff_id, comment)
+        return Layer(Blob(digest, cached.stat().st_size, cached, LAYER), diff_id, comment)
     tmp = blobs / f".layer-{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
         outer = _Hashing(fh)
@@ -208,8 +206,13 @@ def write_layer(
 
 
 def _copy(src: Path, dest: Path) -> None:
+    """src at dest, whole or not at all: a hard link where it can be (one file system)."""
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    shutil.copyfile(src, tmp)
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
     tmp.replace(dest)
 
 
