@@ -21,8 +21,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "provision"
 FLOORS: list[list[str]] = [
     ["__main__"],
     ["cli"],
-    ["image"],
-    ["create", "bundle", "built", "change", "drift"],
+    ["create", "bundle", "built", "change", "drift", "image"],
     ["fleet", "install", "verify", "bench_search", "sbom"],
     ["lock", "releases", "doctor", "bench", "render", "facts"],
     ["tools", "host", "environment", "caches", "bundlefile"],

@@ -49,15 +49,24 @@ def image_cmd(
 
     if name is None and bundle is None:
         raise click.UsageError("give an environment NAME, or --from-bundle FILE")
-    env = _find(name, out).env if bundle is None and name is not None else None
+    make_bundle = None
+    if bundle is None and name is not None:
+        env = _find(name, out).env
+
+        def make_bundle(dest: Path) -> Path:  # the bundle of NAME, as provision bundle makes it
+            from provision.bundle import make
+
+            return make.build(env, dest, report=report).files[0]
+
     shown = name or bundle.name.split(".")[0]  # type: ignore[union-attr]
+    report = presenter(quiet)
     request = assemble.Request(
-        output=output or Path(f"{shown}.oci.tar"), base=base, bundle=bundle, env=env,
+        output=output or Path(f"{shown}.oci.tar"), base=base, bundle=bundle,
+        make_bundle=make_bundle,
         force=force, level=level, tag=tag or "", apptainer="apptainer" in formats,
         trust=bundle_sign.trust_from(trust),
         cache=None if no_layer_cache else caches.root() / "image-layers",
     )  # fmt: skip
-    report = presenter(quiet)
     result = assemble.build_image(request, report)
     report.close()
     if as_json:

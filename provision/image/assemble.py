@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,8 @@ BUILD_RECORDS = (".provision-install.json", ".provision-install.files", ".lock")
 class Request:
     output: Path
     base: Path
-    bundle: Path | None = None  # else one is made from the environment and the cache
-    env: environment.EnvDir | None = None
+    bundle: Path | None = None  # else make_bundle(dest) writes one at dest
+    make_bundle: Callable[[Path], Path] | None = None  # the CLI's: provision bundle NAME
     force: bool = False
     level: int = 6  # gzip
     tag: str = ""  # the name podman load gives it (default localhost/NAME:latest)
@@ -61,13 +62,9 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
     with build.work_dir(request.output) as work:
         bundle = request.bundle
         if bundle is None:
-            from provision.bundle import make
-
-            if request.env is None:
+            if request.make_bundle is None:
                 raise ImageError("give an environment NAME, or --from-bundle FILE")
-            report(Event("step", f"making the bundle of {request.env.name}"))
-            bundle = make.build(request.env, work / f"{request.env.name}.bundle.tar",
-                                report=report).files[0]  # fmt: skip
+            bundle = request.make_bundle(work / "environment.bundle.tar")
             seconds["bundle"] = time.monotonic() - started
         manifest = build.check_bundle(bundle, request.trust, report)
         (work / "blobs").mkdir()
