@@ -87,7 +87,7 @@ def main() -> int:
             member = tar.extractfile("provision-bundle/bootstrap.py")
             assert member is not None
             (context / "bootstrap.py").write_bytes(member.read())
-            manifest = json.loads(tar.extractfile(tar.next()).read())  # type: ignore[arg-type,union-attr]
+            manifest = json.loads(tar.extractfile("provision-bundle/manifest.json").read())  # type: ignore[union-attr]
         (context / "Containerfile").write_text(
             CONTAINERFILE.format(base=BASE_IMAGE, bundle=bundle.name, name=manifest["name"])
         )
