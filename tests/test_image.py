@@ -201,6 +201,23 @@ def test_a_tampered_bundle_is_refused_before_anything_is_built(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "envs", "home", "index"]
 
 
+@pytest.mark.container
+def test_an_image_of_an_environment_makes_its_bundle_on_the_way(
+    index: Index, env: Env, wheelhouse: Path, tmp_path: Path, base_rootfs: Path
+) -> None:
+    tiny_user_env(index, env)
+    dest = tmp_path / "out" / "tiny.oci.tar"
+    dest.parent.mkdir()
+    code, out = run_cli("image", "tiny", "--out", str(env.out), "--base", str(base_rootfs),
+                        "-o", str(dest), "--provision-wheels", str(wheelhouse), "--format",
+                        "apptainer", "-q")  # fmt: skip
+    assert code == 0, out
+    assert "digest sha256:" in out and "apptainer build tiny.sif" in out
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["tiny.def", "tiny.oci.tar"]
+    manifest, _, _ = read_archive(dest)
+    assert len(manifest["layers"]) == 4  # type: ignore[arg-type]
+
+
 def test_a_missing_bundle_part_is_refused(tmp_path: Path) -> None:
     part = tmp_path / "tiny.bundle.tar.002"
     part.write_bytes(b"provision-bundle-part 1\n" + b"\0" * 600)

@@ -21,6 +21,9 @@ from provision.cli.common import _find, emit_json, find_option, presenter
 @click.option("--from-bundle", "bundle", type=SafePath(path_type=Path, dir_okay=False, exists=True),
               help="Build from this bundle (or its first part); default: NAME's, made here from "
               "the cache as provision bundle makes it.")  # fmt: skip
+@click.option("--provision-wheels", type=SafePath(path_type=Path, file_okay=False, exists=True),
+              help="Without --from-bundle: take provision's wheels and its dependencies' from "
+              "DIR, as provision bundle does.")  # fmt: skip
 @click.option("--format", "formats", type=click.Choice(["oci", "apptainer"]), multiple=True,
               help="apptainer: also an Apptainer definition beside the archive (NAME.def) that "
               "builds a SIF from it with no network.")  # fmt: skip
@@ -38,8 +41,8 @@ from provision.cli.common import _find, emit_json, find_option, presenter
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def image_cmd(
     name: str | None, out: Path | None, output: Path | None, base: Path, bundle: Path | None,
-    formats: tuple[str, ...], tag: str | None, level: int, trust: Path | None,
-    no_layer_cache: bool, force: bool, quiet: bool, as_json: bool,
+    provision_wheels: Path | None, formats: tuple[str, ...], tag: str | None, level: int,
+    trust: Path | None, no_layer_cache: bool, force: bool, quiet: bool, as_json: bool,
 ) -> None:  # fmt: skip
     """An OCI image of NAME (an OCI archive: podman load -i FILE), built with no network from
     its bundle on a base of Debian's packages; provision verify NAME is its health check."""
@@ -56,7 +59,7 @@ def image_cmd(
         def make_bundle(dest: Path) -> Path:  # the bundle of NAME, as provision bundle makes it
             from provision.bundle import make
 
-            return make.build(env, dest, report=report).files[0]
+            return make.build(env, dest, report=report, wheelhouse=provision_wheels).files[0]
 
     shown = name or bundle.name.split(".")[0]  # type: ignore[union-attr]
     report = presenter(quiet)

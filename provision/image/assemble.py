@@ -15,6 +15,7 @@ from typing import Any
 
 from provision import environment, registry
 from provision.bundlefile.bundle_format import BundleManifest
+from provision.bundlefile.bundle_io import open_source
 from provision.bundlefile.bundle_sign import Trust
 from provision.image import build, oci, recipe
 from provision.image.oci import ImageError
@@ -67,6 +68,7 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
             bundle = request.make_bundle(work / "environment.bundle.tar")
             seconds["bundle"] = time.monotonic() - started
         manifest = build.check_bundle(bundle, request.trust, report)
+        bundle_size = sum(p.stat().st_size for p in open_source(bundle).files)
         (work / "blobs").mkdir()
         base = oci.read_base(request.base, work, request.level, request.cache)
         ref = request.tag or f"localhost/{manifest.name}:latest"
@@ -104,7 +106,7 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
     seconds["total"] = time.monotonic() - started
     return build.ImageResult(
         manifest.name, request.output, manifest_blob.digest, request.output.stat().st_size,
-        tuple(all_layers), sum(p.stat().st_size for p in _parts(bundle)),
+        tuple(all_layers), bundle_size,
         sum(x.blob.size for x in base.layers), seconds, definition,
     )  # fmt: skip
 
@@ -130,15 +132,6 @@ def _build(
     seconds["layers"] = time.monotonic() - t0
     record = _record(rootfs, manifest.name)
     return layers, image_config(base, layers, record, manifest.tf, manifest.lock_sha256)
-
-
-def _parts(bundle: Path) -> list[Path]:
-    from provision.bundlefile.bundle_io import open_source
-
-    try:
-        return list(open_source(bundle).files)
-    except (OSError, ImageError):
-        return []
 
 
 def _record(rootfs: Path, name: str) -> registry.Record:
