@@ -259,3 +259,47 @@ def test_apptainer_definition_is_stable_and_parses(tmp_path: Path) -> None:
                                    "chmod u+x /tests.sh"]  # fmt: skip
     assert recipe.labels == ["io.provision.environment tiny"]
     assert recipe.environ == [] and recipe.files == []  # nothing from this host's disk
+
+
+@pytest.mark.slow
+@pytest.mark.container
+def test_tensorflow_221_image_is_reproducible_and_verifies_inside(
+    wheelhouse: Path, tmp_path: Path, base_rootfs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's case: TensorFlow 2.21 on the pip path (bookworm's Python 3.11), its 44 locked
+    wheels (2.6 GB, cached after the first run), built twice (once filling the layer cache: two
+    real builds) to one digest, and provision verify passing on the CPU inside, under crun."""
+    reason = imagetools.why_no_crun()
+    if reason:
+        pytest.skip(reason)
+    monkeypatch.setenv("PROVISION_HOME", str(tmp_path / "home"))
+    out = tmp_path / "envs"
+    for argv in (
+        ["render", "--tf", "2.21", "--path", "pip", "--python", "3.11", "--name", "tf221",
+         "--out", str(out)],
+        ["lock", "tf221", "--out", str(out)],
+        ["bundle", "tf221", "--out", str(out), "-o", str(tmp_path / "tf221.bundle.tar"), "-q",
+         "--cache-dir", str(cache_root().with_name("bundle-cache-tf")),
+         "--provision-wheels", str(wheelhouse)],
+    ):  # fmt: skip
+        code, text = run_cli(*argv)
+        assert code == 0, text
+    bundle = tmp_path / "tf221.bundle.tar"
+    first = build(bundle, base_rootfs, tmp_path / "one.oci.tar")
+    second = build(bundle, base_rootfs, tmp_path / "two.oci.tar", cache=True)
+    assert first["digest"] == second["digest"]
+    (tmp_path / "two.oci.tar").unlink()
+    size = first["size"]
+    assert isinstance(size, int)
+    assert size <= 1.05 * (bundle.stat().st_size + int(first["base_size"]))  # type: ignore[call-overload]
+    run = imagetools.unpack(tmp_path / "one.oci.tar", tmp_path / "run")
+    try:
+        script = ("env -u LD_LIBRARY_PATH python -c 'import tensorflow as tf; "
+                  "print(tf.__version__)' && provision verify tf221 --json")  # fmt: skip
+        done = imagetools.crun(run, ["sh", "-c", script], "provision-test-tf221")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        version, _, report = done.stdout.partition("\n")
+        assert version == "2.21.0"
+        assert json.loads(report)["report"]["summary"]["status"] == "pass"
+    finally:
+        shutil.rmtree(tmp_path / "run")
