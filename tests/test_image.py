@@ -29,6 +29,7 @@ from provision.image import assemble, oci
 
 GOLDEN = Path(__file__).parent / "golden" / "image" / "tiny.def"
 SUITE = "bookworm"
+TAG = "localhost/provision-test-image:tiny"  # the name podman load gives the test's image
 
 
 def why_no_image_build() -> str | None:
@@ -210,12 +211,27 @@ def test_an_image_of_an_environment_makes_its_bundle_on_the_way(
     dest.parent.mkdir()
     code, out = run_cli("image", "tiny", "--out", str(env.out), "--base", str(base_rootfs),
                         "-o", str(dest), "--provision-wheels", str(wheelhouse), "--format",
-                        "apptainer", "-q")  # fmt: skip
+                        "apptainer", "-q", "--tag", TAG)  # fmt: skip
     assert code == 0, out
     assert "digest sha256:" in out and "apptainer build tiny.sif" in out
     assert sorted(p.name for p in dest.parent.iterdir()) == ["tiny.def", "tiny.oci.tar"]
     manifest, _, _ = read_archive(dest)
     assert len(manifest["layers"]) == 4  # type: ignore[arg-type]
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed: the archive is not loaded")
+    loaded = subprocess.run(["podman", "load", "-i", str(dest)], capture_output=True, text=True,
+                            timeout=300, check=False)  # fmt: skip
+    try:
+        assert loaded.returncode == 0, loaded.stderr
+        assert TAG in loaded.stdout, loaded.stdout
+        shown = subprocess.run(
+            ["podman", "image", "inspect", TAG, "--format", "{{.Id}}"],
+            capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.split()  # fmt: skip
+        assert shown[0] == manifest["config"]["digest"].removeprefix("sha256:")  # type: ignore[index]
+    finally:
+        subprocess.run(["podman", "rmi", "--ignore", TAG], capture_output=True, timeout=120,
+                       check=False)  # fmt: skip
 
 
 def test_a_missing_bundle_part_is_refused(tmp_path: Path) -> None:
