@@ -37,7 +37,9 @@ batch = int(opt.get("batch-per-replica", "128"))
 speed = 600.0 * (1.9 if norm == "fused" else 1.0) * (3.3 if jit else 1.0)
 speed *= {"float32": 1.0, "mixed_bfloat16": 1.5 if jit else 0.9, "mixed_float16": 4.0}[prec]
 speed *= 1.05 if batch == 256 else 1.0
-accuracy = 0.10 if prec == "mixed_float16" else 0.85
+steps = int(opt.get("steps", "30"))
+slow_start = batch == 256 and steps < 60  # learns only when it trains longer
+accuracy = 0.10 if prec == "mixed_float16" or slow_start else 0.85
 report = {"schema": 2, "tool": "provision-bench", "tensorflow": "2.22.0rc0",
           "software": {"tensorflow": "2.22.0rc0", "keras": os.environ.get("FAKE_KERAS", "3.16.0")},
           "settings": opt, "task": {"kind": "synthetic", "chance": 0.1, "description": "synthetic"},
@@ -93,19 +95,21 @@ def test_search_visits_each_setting_then_combinations_then_batch(tmp_path: Path)
         ("batchnorm fused", "ran"),
         ("XLA", "ran"),
         ("mixed_bfloat16", "ran"),
-        ("mixed_float16", "ran"),  # at chance: no combination takes it
+        ("mixed_float16", "ran"),  # the fastest so far, at chance: a second look
+        ("mixed_float16, 90 steps", "ran"),  # at chance again: no combination takes it
         ("batchnorm fused, XLA", "ran"),  # the most promising first: 1.9 x 3.3
         ("batchnorm fused, XLA, mixed_bfloat16", "ran"),  # x 0.9, as bfloat16 alone was
         ("XLA, mixed_bfloat16", "ran"),
         ("batchnorm fused, mixed_bfloat16", "ran"),
-        ("batchnorm fused, XLA, mixed_bfloat16, batch 256", "ran"),  # 5 % faster: pays
+        ("batchnorm fused, XLA, mixed_bfloat16, batch 256", "ran"),  # at chance in 30 steps
+        ("batchnorm fused, XLA, mixed_bfloat16, batch 256, 90 steps", "ran"),  # learns, pays
         ("batchnorm fused, XLA, mixed_bfloat16, batch 512", "failed"),  # out of memory
     ]
     (result,) = doc["searches"]
-    assert result["best"] == "batchnorm fused, XLA, mixed_bfloat16, batch 256"
+    assert result["best"] == "batchnorm fused, XLA, mixed_bfloat16, batch 256, 90 steps"
     assert result["best_command"] == (
-        "provision bench tf222 --precision mixed_bfloat16 --batch-per-replica 256 --jit "
-        "--strategy default --batchnorm fused"
+        "provision bench tf222 --precision mixed_bfloat16 --batch-per-replica 256 --steps 90 "
+        "--jit --strategy default --batchnorm fused"
     )
     best = next(t for t in result["trials"] if t["label"] == result["best"])
     assert result["speedup"] == pytest.approx(best["images_per_s"] / 600.0, abs=1e-3)

@@ -12,6 +12,7 @@ from provision.bench_search.plan import (
     BUDGET_S,
     DEFAULT,
     PAYS,
+    SECOND_LOOK,
     SINGLES,
     TRIAL_BOUND_S,
     Search,
@@ -54,7 +55,8 @@ class _Searcher:
         """What a trial is expected to take: the longest of its kind so far (XLA or not)."""
         same = [t.seconds for t in self.trials if t.setting.xla == setting.xla and t.seconds]
         others = [t.seconds for t in self.trials if t.seconds]
-        return max(same or others or [0.0])
+        longest = max(same or others or [0.0])
+        return longest * 2 if setting.steps else longest  # a second look trains longer
 
     def attempt(self, setting: Setting, skip: str = "") -> Trial:
         done = next((t for t in self.trials if t.setting == setting), None)
@@ -88,7 +90,18 @@ class _Searcher:
         self._judge(trial, result)
         self.trials.append(trial)
         self.report(Event("done", f"[{index}] {label}: {outcome(trial)}"))
-        return trial
+        return self._second_look(trial)
+
+    def _second_look(self, trial: Trial) -> Trial:
+        """A run faster than every one that learnt, which did not learn in the search's steps,
+        trains again SECOND_LOOK times as long: some settings start slowly (a larger batch, a
+        float16 policy), and accuracy after a few dozen steps is noisy. The longer run stands."""
+        best = choose_best(self.trials)
+        faster = (trial.images_per_s or 0) > (best.images_per_s or 0) if best else True
+        if trial.status != "ran" or trial.learns or trial.setting.steps or not faster:
+            return trial
+        steps = self.base.steps * SECOND_LOOK
+        return self.attempt(replace(trial.setting, steps=steps))
 
     def _judge(self, trial: Trial, result: bench.BenchResult) -> None:
         if result.errors:
@@ -143,7 +156,7 @@ class _Searcher:
         best = choose_best(self.trials)
         while best is not None:
             batch = (best.setting.batch or self.base.batch_per_replica) * 2
-            bigger = self.attempt(replace(best.setting, batch=batch))
+            bigger = self.attempt(replace(best.setting, batch=batch, steps=0))
             if not (
                 bigger.status == "ran"
                 and bigger.learns
