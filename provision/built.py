@@ -277,17 +277,23 @@ def _remove_kernel(name: str) -> str | None:
 # -- export ------------------------------------------------------------------------------------
 
 
-def export(found: Found, dest: Path, sbom: bool = False) -> list[str]:
+def export(found: Found, dest: Path, sbom: bool = False, modulefile: bool = False) -> list[str]:
     """A self-contained copy for another machine: the reviewed files, the lock, a README, the
     smoke test as one zipapp, the system script where the path needs it, and with `sbom` the
-    CycloneDX bill of materials (sbom.py). Written next to DEST and renamed into place; an
-    existing DEST is never overwritten."""
+    CycloneDX bill of materials (sbom.py), with `modulefile` an Lmod module file for its built
+    prefix (modulefile.py). Written next to DEST and renamed into place; an existing DEST is never
+    overwritten."""
     import tempfile
 
     from provision import matrix, payload_app, render
 
     env = found.env
     env.check_reviewed()
+    if modulefile and found.record is None:
+        raise UsageError(
+            f"--modulefile points at the built prefix, and {env.name} is not built here: "
+            f"provision install {env.name} --prefix /shared/envs/{env.name} first"
+        )
     dest = Path(dest)
     if dest.exists() or dest.is_symlink():  # a symlink, even one leading nowhere, is not ours
         raise UsageError(f"{dest} exists; export into a new directory")
@@ -339,6 +345,13 @@ def export(found: Found, dest: Path, sbom: bool = False) -> list[str]:
                 )
             (tmp / bill.FILE_NAME).write_text(bill.document(env), encoding="utf-8")
             files.append(bill.FILE_NAME)
+        if modulefile and found.record is not None:
+            from provision import modulefile as lmod
+
+            (tmp / "modulefiles").mkdir()
+            text = lmod.text(found.record, env.spec.cuda.version, env.spec.cudnn.version)
+            (tmp / "modulefiles" / f"{env.name}.lua").write_text(text, encoding="utf-8")
+            files.append(f"modulefiles/{env.name}.lua")
         os.rename(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -24,7 +24,7 @@ FLOORS: list[list[str]] = [
     ["create", "bundle", "built", "change", "drift", "image"],
     ["fleet", "install", "verify", "bench_search", "sbom"],
     ["lock", "releases", "doctor", "bench", "render", "facts"],
-    ["tools", "host", "environment", "caches", "bundlefile"],
+    ["tools", "host", "environment", "caches", "bundlefile", "modulefile"],
     ["matrix", "registry", "payload_app", "_proc", "paths", "toolout", "userpackages"],
     [
         "records",

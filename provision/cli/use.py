@@ -131,12 +131,17 @@ def kernel_cmd(name: str, out: Path | None, display_name: str | None, prefix: Pa
 @find_option
 @click.option("--sbom", is_flag=True,
               help="Also write sbom.cdx.json, the lock's CycloneDX bill of materials.")  # fmt: skip
-def export_cmd(name: str, dest: Path, out: Path | None, sbom: bool) -> None:
+@click.option("--modulefile", is_flag=True,
+              help="Also write modulefiles/NAME.lua, an Lmod module file for NAME's built prefix "
+              "(module use DEST/modulefiles; module load NAME).")  # fmt: skip
+def export_cmd(name: str, dest: Path, out: Path | None, sbom: bool, modulefile: bool) -> None:
     """A self-contained copy of NAME for another machine: inputs, lock, README, smoke test."""
     from provision import built
 
-    files = built.export(_find(name, out), dest, sbom=sbom)
+    files = built.export(_find(name, out), dest, sbom=sbom, modulefile=modulefile)
     click.echo(f"exported {name} to {dest} ({len(files)} files)")
+    if modulefile:
+        click.echo(f"module use {dest.absolute()}/modulefiles && module load {name}")
 
 
 @click.command("fleet")
