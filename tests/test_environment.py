@@ -143,7 +143,8 @@ def test_an_unknown_or_unbuilt_name_exits_2_in_every_command(env: Env, tmp_path:
         assert code == 2, (argv, out)
     out_ = ["--out", str(env.out)]
     for argv in (["verify", "tiny", *out_], ["run", *out_, "tiny", "--", "true"],
-                 ["kernel", "tiny", *out_], ["check", "tiny"], ["remove", "tiny"]):  # fmt: skip
+                 ["kernel", "tiny", *out_], ["check", "tiny"], ["remove", "tiny"],
+                 ["bench", "tiny", *out_], ["bench", "--best", "tiny", *out_]):  # fmt: skip
         code, out = run_cli(*argv)
         assert code == 2 and ("tiny is not built" in out or "registered" in out), (argv, out)
 

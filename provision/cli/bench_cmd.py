@@ -13,7 +13,7 @@ from provision.cli.args import SafePath, finite
 from provision.cli.common import _find, emit_json, find_option, presenter
 
 if TYPE_CHECKING:
-    from provision import bench_search
+    from provision import bench, bench_search
     from provision.bench import BenchOptions
 
 
@@ -147,7 +147,7 @@ def bench_cmd(
 ) -> None:
     """Multi-GPU scaling and mixed precision in one or more environments: images/s, accuracy,
     speed-up, matmul TFLOP/s; where it ran (GPUs, driver, interconnect) and what it loaded."""
-    from provision import bench, environment
+    from provision import bench
     from provision.paths import output_file
 
     if best:
@@ -170,10 +170,7 @@ def bench_cmd(
             return
         result = bench.load(reports, plot)
     else:
-        targets = [
-            bench.BenchTarget(n, environment.interpreter(_find(n, out).prefix)) for n in names
-        ]
-        targets += [bench.BenchTarget(Path(p).absolute().parent.parent.name, p) for p in pythons]
+        targets = _targets(names, out, pythons)
         if not targets:
             raise click.UsageError("give environment NAMEs, --python EXE or --report FILE")
         chosen = _bench_options(options)
@@ -215,7 +212,7 @@ def _search(
     timeout: float,
     options: dict[str, object],
 ) -> None:
-    from provision import bench, bench_search, environment
+    from provision import bench_search
 
     ctx = click.get_current_context()
     for flag, given in (("--report", reports), ("--plot", plot), ("--markdown", markdown)):
@@ -227,8 +224,7 @@ def _search(
     for key, flag in SEARCHED.items():
         if ctx.get_parameter_source(key) == source:
             raise click.UsageError(f"--best tries {flag} itself: leave it out")
-    targets = [bench.BenchTarget(n, environment.interpreter(_find(n, out).prefix)) for n in names]
-    targets += [bench.BenchTarget(Path(p).absolute().parent.parent.name, p) for p in pythons]
+    targets = _targets(names, out, pythons)
     if not targets:
         raise click.UsageError("give environment NAMEs or --python EXE")
     chosen = _bench_options({**options, "precision": "float32"})
@@ -251,6 +247,19 @@ def shown_search(result: bench_search.SearchResult, as_json: bool) -> None:
         click.echo("\n".join(bench_report.search_lines(result)))
     if not result.ok:
         sys.exit(1)
+
+
+def _targets(
+    names: tuple[str, ...], out: Path | None, pythons: tuple[Path, ...]
+) -> list[bench.BenchTarget]:
+    """The environments named (built here: one that is not is a usage error, exit 2, as verify
+    says it) and the interpreters given, in that order."""
+    from provision import bench, built
+
+    targets = [
+        bench.BenchTarget(n, Path(built.require_built(_find(n, out)).interpreter)) for n in names
+    ]
+    return targets + [bench.BenchTarget(Path(p).absolute().parent.parent.name, p) for p in pythons]
 
 
 def _counts(value: str, flag: str) -> str:
