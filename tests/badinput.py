@@ -127,6 +127,8 @@ BASE: dict[str, tuple[str, ...]] = {
     "check": ("check",),
     "add": ("add", "tiny", "provision-tiny", "--out", "@envs@"),
     "drop": ("drop", "tiny", "provision-tiny", "--out", "@envs@"),
+    # A base that is neither an image nor a root filesystem: an accepted value fails late, exit 1.
+    "image": ("image", "tiny", "--out", "@envs@", "--base", "@root@", "-o", "@root@/t.oci.tar"),
 }
 # Options whose hostile values are not a usage error in every case: a channel or a host pattern
 # may be a name; a missing release is one the matrix lacks (exit 1, as doctor documents).

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
 from provision.cli.args import SafePath
 from provision.cli.common import _find, emit_json, find_option, presenter
+
+# An image reference as podman and skopeo read it: a lower-case name of components, a tag
+_REFERENCE = re.compile(
+    r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+)
+
+
+def _tag(value: str | None) -> str | None:
+    if value is not None and (len(value) > 255 or not _REFERENCE.fullmatch(value)):
+        raise click.BadParameter(f"{value!r} is not an image name (e.g. localhost/tf2.21:latest)")
+    return value
 
 
 @click.command("image")
@@ -27,7 +40,11 @@ from provision.cli.common import _find, emit_json, find_option, presenter
 @click.option("--format", "formats", type=click.Choice(["oci", "apptainer"]), multiple=True,
               help="apptainer: also an Apptainer definition beside the archive (NAME.def) that "
               "builds a SIF from it with no network.")  # fmt: skip
-@click.option("--tag", help="The name podman load gives the image (default localhost/NAME:latest).")
+@click.option(
+    "--tag",
+    callback=lambda ctx, param, value: _tag(value),
+    help="The name podman load gives the image (default localhost/NAME:latest).",
+)
 @click.option("--compression-level", "level", type=click.IntRange(1, 9), default=6,
               show_default=True, help="gzip level of the layers.")  # fmt: skip
 @click.option("--trust", type=SafePath(path_type=Path, dir_okay=False, exists=True),

@@ -60,6 +60,7 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
     output_file(request.output, "-o", request.force)
     if request.apptainer:
         output_file(definition_path(request.output), "the Apptainer definition", request.force)
+    oci.check_base(request.base)
     with build.work_dir(request.output) as work:
         bundle = request.bundle
         if bundle is None:

@@ -273,6 +273,29 @@ def _fixed(name: str, kind: bytes, size: int) -> tarfile.TarInfo:
 # -- reading a base ----------------------------------------------------------------------------
 
 
+def check_base(path: Path) -> None:
+    """ImageError unless path looks like a base read_base takes (before anything is made)."""
+    if path.is_dir():
+        if not (path / "oci-layout").is_file() and not (path / "usr").is_dir():
+            raise ImageError(
+                f"--base {path} is a folder but neither an OCI layout (no oci-layout file) nor a "
+                "root filesystem (no usr/): give an OCI archive, a layout, or a debootstrapped "
+                "folder"
+            )
+        return
+    try:
+        with tarfile.open(path, "r:") as tar:  # an OCI archive is a plain tar
+            names = set(tar.getnames())
+    except (tarfile.TarError, OSError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ImageError(f"--base {path} is not an OCI archive ({why})") from exc
+    if not {"oci-layout", "index.json"} <= names:
+        raise ImageError(
+            f"--base {path} is a tar but not an OCI archive (no oci-layout and index.json): "
+            "skopeo copy containers-storage:IMAGE oci-archive:FILE makes one"
+        )
+
+
 def read_base(path: Path, work: Path, level: int, cache: Path | None) -> Base:
     """The base at path: an OCI archive (unpacked into work/base), an OCI layout directory, or a
     root filesystem directory (made one layer into work/blobs)."""
