@@ -274,7 +274,7 @@ def test_the_recorded_command_names_what_differs_from_the_defaults() -> None:
 
 def test_the_options_default_to_the_payloads_defaults_and_to_the_clis() -> None:
     """One set of defaults: the typed options, the payload's schema and the command's flags."""
-    from provision.cli.use import bench_cmd
+    from provision.cli.bench_cmd import bench_cmd
 
     made = dict(bench.BenchOptions().items())
     assert made == {k: v for k, v in bench_schema.DEFAULTS.items() if k in made}
