@@ -234,6 +234,18 @@ def test_an_image_of_an_environment_makes_its_bundle_on_the_way(
                        check=False)  # fmt: skip
 
 
+def test_a_bundle_of_another_environment_is_refused(
+    index: Index, env: Env, wheelhouse: Path, tmp_path: Path
+) -> None:
+    tiny_user_env(index, env)
+    bundle = make_bundle(env, tmp_path / "b" / "tiny.bundle.tar", wheels=wheelhouse)
+    (tmp_path / "rootfs" / "usr").mkdir(parents=True)  # looks like a base; never opened
+    code, out = run_cli("image", "other", "--from-bundle", str(bundle), "--base",
+                        str(tmp_path / "rootfs"), "-o", str(tmp_path / "t.oci.tar"))  # fmt: skip
+    assert code == 2 and "is a bundle of tiny, not of other" in out, out
+    assert not (tmp_path / "t.oci.tar").exists() and not list(tmp_path.glob(".t.oci*"))
+
+
 def test_a_missing_bundle_part_is_refused(tmp_path: Path) -> None:
     part = tmp_path / "tiny.bundle.tar.002"
     part.write_bytes(b"provision-bundle-part 1\n" + b"\0" * 600)

@@ -82,7 +82,7 @@ def image_cmd(
     report = presenter(quiet)
     request = assemble.Request(
         output=output or Path(f"{shown}.oci.tar"), base=base, bundle=bundle,
-        make_bundle=make_bundle,
+        make_bundle=make_bundle, name=name,
         force=force, level=level, tag=tag or "", apptainer="apptainer" in formats,
         trust=bundle_sign.trust_from(trust),
         cache=None if no_layer_cache else caches.root() / "image-layers",

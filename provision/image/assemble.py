@@ -17,6 +17,7 @@ from provision import environment, registry
 from provision.bundlefile.bundle_format import BundleManifest
 from provision.bundlefile.bundle_io import open_source
 from provision.bundlefile.bundle_sign import Trust
+from provision.errors import UsageError
 from provision.image import build, oci, recipe
 from provision.image.oci import ImageError
 from provision.progress import Event, Report, nothing
@@ -45,6 +46,7 @@ class Request:
     apptainer: bool = False
     trust: Trust | None = None
     cache: Path | None = None  # compressed layers kept by diff_id; None: none kept
+    name: str | None = None  # the environment the user named (a bundle of another is refused)
 
 
 def definition_path(output: Path) -> Path:
@@ -69,6 +71,8 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
             bundle = request.make_bundle(work / "environment.bundle.tar")
             seconds["bundle"] = time.monotonic() - started
         manifest = build.check_bundle(bundle, request.trust, report)
+        if request.name is not None and request.name != manifest.name:
+            raise UsageError(f"{bundle} is a bundle of {manifest.name}, not of {request.name}")
         bundle_size = sum(p.stat().st_size for p in open_source(bundle).files)
         (work / "blobs").mkdir()
         base = oci.read_base(request.base, work, request.level, request.cache)
@@ -94,9 +98,7 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
         manifest_blob = oci.json_blob(image_manifest, work / "blobs", oci.MANIFEST)
         tmp = work / "image.oci.tar"
         oci.write_archive(tmp, manifest_blob, [config_blob, *(x.blob for x in all_layers)], ref)
-        from provision.paths import output_file
-
-        output_file(request.output, "-o", request.force)
+        output_file(request.output, "-o", request.force)  # again: nothing appeared there since
         tmp.replace(request.output)
         definition = None
         if request.apptainer:
