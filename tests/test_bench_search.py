@@ -191,7 +191,7 @@ def test_options_the_search_chooses_are_refused(tmp_path: Path) -> None:
         (["--precision", "float32"], "--best tries --precision itself"),
         (["--jit"], "--best tries --jit/--no-jit itself"),
         (["--gpus", "2"], "--best searches on one GPU"),
-        (["--plot", str(tmp_path / "p.png")], "--best runs its own trials: it takes no --plot"),
+        (["--markdown"], "--best runs its own trials: it takes no --markdown"),
     ):
         done = CliRunner().invoke(cli, ["bench", "--best", "--python", str(python), *args])
         assert done.exit_code == 2, (args, done.output)
@@ -254,3 +254,37 @@ def test_a_saved_search_shows_again(tmp_path: Path) -> None:
     report.write_text(json.dumps(best["trials"][0]["report"]))
     mixed = CliRunner().invoke(cli, ["bench", "--report", str(saved), "--report", str(report)])
     assert mixed.exit_code == 2 and "not both" in mixed.output
+
+
+def test_a_search_plots_each_environment_at_its_defaults_and_its_best(tmp_path: Path) -> None:
+    """--plot with --best (and with --report of saved searches): a PNG, written in place; two
+    saved searches make one summary table with a row each."""
+    plot = tmp_path / "best.png"
+    done = CliRunner().invoke(
+        cli, ["bench", "--best", "--python", str(fake_env(tmp_path)), "--plot", str(plot)],
+        env=gpu_host(tmp_path),
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot: {plot}" in done.stdout
+    saved = tmp_path / "saved.json"
+    _done, doc = search(tmp_path / "again")
+    saved.write_text(json.dumps(doc))
+    other = json.loads(json.dumps(doc))
+    other["searches"][0]["environment"] = "tf221"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    again = tmp_path / "again.png"
+    shown = CliRunner().invoke(
+        cli, ["bench", "--report", str(saved), "--report", str(tmp_path / "other.json"),
+              "--plot", str(again)],
+    )  # fmt: skip
+    assert shown.exit_code == 0, shown.output
+    assert again.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = shown.stdout.split("each environment at its defaults and at its best")[1]
+    rows = [ln.split()[0] for ln in summary.splitlines()[2:] if ln.startswith("  ")]
+    assert rows == ["tf222", "tf221"], summary
+    python = str(fake_env(tmp_path / "d"))
+    refused = CliRunner().invoke(
+        cli, ["bench", "--best", "--python", python, "--plot", str(tmp_path)],
+        env=gpu_host(tmp_path / "d"),
+    )  # fmt: skip
+    assert refused.exit_code == 2 and "is a directory" in refused.output

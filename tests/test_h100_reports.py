@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.bench_search import SearchResult
-from provision.cli import bench_report
+from provision.cli import search_report
 from provision.payload import bench_schema
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -86,7 +86,7 @@ def test_the_search_found_a_best_that_learns_within_its_budget() -> None:
     ]
     assert len(f16) == 4 and all(not t.at_chance for t in f16)
     # The table says the same as the JSON.
-    text = "\n".join(bench_report.search_lines(SearchResult.from_json(doc)))
+    text = "\n".join(search_report.lines(SearchResult.from_json(doc)))
     assert "best: batchnorm fused, XLA, mixed_float16: 3,590.4 images/s, 5.55x the defaults" in text
     assert best.command in text
 

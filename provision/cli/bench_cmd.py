@@ -150,11 +150,11 @@ def bench_cmd(
     from provision import bench
     from provision.paths import output_file
 
+    if plot is not None:
+        output_file(plot, "--plot", force)  # before anything runs (a benchmark may take hours)
     if best:
         _search(names, out, pythons, reports, plot, as_json, markdown, budget, timeout, options)
         return
-    if plot is not None:
-        output_file(plot, "--plot", force)  # before anything runs (a benchmark may take hours)
 
     if reports:
         if names or pythons:
@@ -163,10 +163,9 @@ def bench_cmd(
 
         saved = bench_search.load(reports)
         if saved is not None:
-            for flag, given in (("--plot", plot), ("--markdown", markdown)):
-                if given:
-                    raise click.UsageError(f"saved searches show as a table or --json: no {flag}")
-            shown_search(saved, as_json)
+            if markdown:
+                raise click.UsageError("saved searches show as a table or --json: no --markdown")
+            shown_search(saved, as_json, plot)
             return
         result = bench.load(reports, plot)
     else:
@@ -212,10 +211,10 @@ def _search(
     timeout: float,
     options: dict[str, object],
 ) -> None:
-    from provision import bench_search
+    from provision import bench, bench_search
 
     ctx = click.get_current_context()
-    for flag, given in (("--report", reports), ("--plot", plot), ("--markdown", markdown)):
+    for flag, given in (("--report", reports), ("--markdown", markdown)):
         if given:
             raise click.UsageError(f"--best runs its own trials: it takes no {flag}")
     if options["gpus"] != "1":
@@ -227,6 +226,8 @@ def _search(
     targets = _targets(names, out, pythons)
     if not targets:
         raise click.UsageError("give environment NAMEs or --python EXE")
+    if plot is not None:
+        bench.check_plot(plot)  # matplotlib there, the folder writable: before hours of trials
     chosen = _bench_options({**options, "precision": "float32"})
     bound = chosen.max_seconds or bench_search.TRIAL_BOUND_S
     shown = presenter()
@@ -234,17 +235,28 @@ def _search(
         targets, options=chosen, budget_s=budget, bound_s=bound, timeout=timeout, report=shown
     )
     shown.close()
-    shown_search(result, as_json)
+    shown_search(result, as_json, plot)
 
 
-def shown_search(result: bench_search.SearchResult, as_json: bool) -> None:
-    """A search's result on stdout; exit 1 when an environment has no best setting."""
-    from provision.cli import bench_report
+def shown_search(result: bench_search.SearchResult, as_json: bool, plot: Path | None) -> None:
+    """A search's result on stdout (and its --plot); exit 1 when an environment has no best
+    setting. A plot that cannot be drawn is said after the results, which stand."""
+    from provision import bench
+    from provision.cli import search_report
 
     if as_json:
         emit_json(result.as_json())
     else:
-        click.echo("\n".join(bench_report.search_lines(result)))
+        click.echo("\n".join(search_report.lines(result)))
+    if plot is not None:
+        try:
+            search_report.plot(result, plot)
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            message = f"cannot write --plot {plot}: {why}; the results are above"
+            raise bench.BenchError(message) from exc
+        if not as_json:
+            click.echo(f"plot: {plot}")
     if not result.ok:
         sys.exit(1)
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from provision import bench, bench_search
+from provision import bench
 from provision.cli.columns import columns
 from provision.errors import ProvisionError
 from provision.payload import bench_schema
@@ -335,6 +335,12 @@ def with_plot(result: bench.BenchResult, plot: Path | None) -> bench.BenchResult
 
 def write_plot(reports: Sequence[Mapping[str, object]], path: Path) -> None:
     """Plot on the host: the environment holds TensorFlow, not necessarily matplotlib."""
+    write_png(path, lambda tmp: plot([bench_schema.upgrade(dict(r)) for r in reports], tmp))
+
+
+def write_png(path: Path, draw: Callable[[Path], None]) -> None:
+    """A picture drawn into a temporary file beside path, then put in its place (never a device,
+    FIFO or folder there); readable by all, as a plot is for sharing."""
     try:
         import matplotlib  # noqa: F401
     except ImportError as exc:
@@ -343,7 +349,7 @@ def write_plot(reports: Sequence[Mapping[str, object]], path: Path) -> None:
     with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".png", delete=False) as fh:
         tmp = Path(fh.name)
     try:
-        plot([bench_schema.upgrade(dict(r)) for r in reports], tmp)
+        draw(tmp)
         umask = os.umask(0)
         os.umask(umask)
         tmp.chmod(0o666 & ~umask)  # NamedTemporaryFile creates 0600; a plot is for sharing
@@ -353,55 +359,3 @@ def write_plot(reports: Sequence[Mapping[str, object]], path: Path) -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def search_lines(result: bench_search.SearchResult) -> list[str]:
-    """Each environment's search: where and with what it ran, every trial with its speed-up over
-    the defaults and its accuracy, then the best setting and the command that gives it."""
-    out: list[str] = []
-    for search in result.searches:
-        if out:
-            out.append("")
-        default = search.default
-        first = default.report if default and default.report else {}
-        out.append(f"{search.environment}: {describe_software(first) if first else ''}".rstrip())
-        if first:
-            out.append(describe_hardware(first))
-            settings = [f"{t} {_setting(first, k)}" for k, t in SETTINGS[:3]]
-            settings += [
-                f"{t} {_setting(first, k)}" for k, t in SETTINGS if k in ("steps", "warmup")
-            ]
-            out.append("search: " + ", ".join(settings) + f", budget {search.budget_s:g} s, "
-                       f"took {search.seconds:.0f} s")  # fmt: skip
-        if search.error:
-            out.append(f"  {search.error}")
-            continue
-        base = default.images_per_s if default else None
-        best = search.best
-        head = ["setting", "images/s", "speed-up", "1st step s", "accuracy", ""]
-        body = []
-        for t in search.trials:
-            ran = t.status == "ran"
-            speedup = (t.images_per_s or 0) / base if ran and base else None
-            note = "best" if t is best else "" if ran and t.learns else bench_search.outcome(t)
-            if ran and not t.learns:
-                note = "at chance: it learnt nothing" if t.at_chance else "learnt too little"
-            body.append([
-                t.label,
-                _fmt(t.images_per_s, ",.1f"),
-                "-" if speedup is None else f"{speedup:.2f}x",
-                _fmt(t.first_step_s, ".1f"),
-                _fmt(t.accuracy, ".3f"),
-                note,
-            ])  # fmt: skip
-        out += columns([head, *body], indent="  ", right={1, 2, 3, 4})
-        if best is None or default is None:
-            out.append("best: none: no setting ran and learnt")
-            continue
-        gain = (best.images_per_s or 0) / (default.images_per_s or 1)
-        out.append(
-            f"best: {best.label}: {best.images_per_s:,.1f} images/s, {gain:.2f}x the defaults, "
-            f"accuracy {best.accuracy:.3f} (defaults {default.accuracy:.3f})"
-        )
-        out.append(f"  {best.command}")
-    return out
