@@ -288,3 +288,22 @@ def test_a_search_plots_each_environment_at_its_defaults_and_its_best(tmp_path: 
         env=gpu_host(tmp_path / "d"),
     )  # fmt: skip
     assert refused.exit_code == 2 and "is a directory" in refused.output
+
+
+def test_a_precision_that_learns_only_on_its_second_look_joins_the_combinations() -> None:
+    from provision.bench_search.plan import combinations
+
+    def ran(setting: Setting, speed: float, learnt: bool) -> Trial:
+        t = Trial(setting, "x", "cmd", "ran", images_per_s=speed, accuracy=0.8, chance=0.1)
+        t.learns = learnt
+        return t
+
+    f16 = Setting(precision="mixed_float16")
+    trials = [
+        ran(DEFAULT, 100, True),
+        ran(Setting(xla=True), 300, True),
+        ran(f16, 120, False),  # at chance in the search's steps
+        ran(Setting(precision="mixed_float16", steps=90), 110, True),  # learnt when longer
+    ]
+    assert Setting(precision="mixed_float16", xla=True) in combinations(trials)
+    assert Setting(precision="mixed_float16", xla=True) not in combinations(trials[:3])

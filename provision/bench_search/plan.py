@@ -238,7 +238,11 @@ def combinations(trials: Sequence[Trial]) -> list[Setting]:
     """The combinations of the single settings worth trying, most promising first: a value is
     kept when its trial ran and learnt (a precision), or also was not slower (BatchNormalization,
     XLA); a combination's promise is the product of its parts' speed-ups."""
-    by = {t.setting: t for t in trials if t.status == "ran"}
+    by: dict[Setting, Trial] = {}
+    for t in trials:  # each setting as first tried, or its second look when only that learnt
+        key = replace(t.setting, steps=0)
+        if t.status == "ran" and (key not in by or (t.learns and not by[key].learns)):
+            by[key] = t
     base = by.get(DEFAULT)
     if base is None or not base.images_per_s:
         return []
@@ -258,7 +262,8 @@ def combinations(trials: Sequence[Trial]) -> list[Setting]:
     for norm, xla, precision in itertools.product(norms, xlas, precisions):
         s = Setting(batchnorm=norm, precision=precision, xla=xla)
         parts = [Setting(batchnorm=norm), Setting(xla=xla), Setting(precision=precision)]
-        if s in by or sum(p != DEFAULT for p in parts) < 2:
+        tried = any(replace(t.setting, steps=0) == s for t in trials)
+        if tried or sum(p != DEFAULT for p in parts) < 2:
             continue
         product = 1.0
         for p in parts:
