@@ -307,3 +307,42 @@ def test_a_precision_that_learns_only_on_its_second_look_joins_the_combinations(
     ]
     assert Setting(precision="mixed_float16", xla=True) in combinations(trials)
     assert Setting(precision="mixed_float16", xla=True) not in combinations(trials[:3])
+
+
+@pytest.mark.parametrize(
+    "signal_number, code, word", [(2, 130, "interrupted"), (15, 143, "terminated")]
+)
+def test_ctrl_c_or_sigterm_shows_the_trials_that_finished(
+    tmp_path: Path, signal_number: int, code: int, word: str
+) -> None:
+    """The stand-in takes 2 s a trial; a signal once the second trial has started: the table
+    holds the trials that finished, says how the search ended, and the exit code is the
+    signal's."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    python = fake_env(tmp_path)
+    env = {**os.environ, **gpu_host(tmp_path), "FAKE_SLEEP": "2", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "provision", "bench", "--best", "--python", str(python)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the second trial has started
+        line = proc.stderr.readline()
+        seen.append(line)
+        if line.startswith("[2] ") or not line:
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.Signals(signal_number))
+    out, rest = proc.communicate(timeout=60)
+    err = "".join(seen) + rest
+    assert proc.returncode == code, (out, err)
+    assert f"provision: {word}" in err
+    assert f"search {word} after" in out and "defaults" in out
+    assert "best: " in out  # the defaults learnt: the best so far is named

@@ -120,6 +120,7 @@ class Search:
     seconds: float = 0.0
     hardware: bench.Hardware | None = None
     error: str = ""  # the defaults could not run: nothing was searched
+    stopped: str = ""  # "interrupted" or "terminated": the trials run before the signal
 
     @property
     def default(self) -> Trial | None:
@@ -151,6 +152,8 @@ class Search:
 @dataclass(frozen=True)
 class SearchResult:
     searches: tuple[Search, ...]
+    # Ctrl-C or SIGTERM stopped the search: shown with what it found, then raised again.
+    interrupted: KeyboardInterrupt | None = None
 
     @classmethod
     def from_json(cls, doc: object) -> SearchResult:

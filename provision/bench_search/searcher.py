@@ -29,6 +29,7 @@ from provision.bench_search.plan import (
     outcome,
     plan_skips,
 )
+from provision.errors import Terminated
 from provision.payload import bench_schema
 from provision.progress import Event, Report, human_seconds, nothing
 
@@ -133,12 +134,23 @@ class _Searcher:
         trial.status, trial.reason = "failed", "the benchmark reported no run"
 
     def run(self) -> Search:
+        """The plan, trial after trial; Ctrl-C or SIGTERM during a trial ends the search with
+        the trials that finished (the one running is dropped) and is raised again."""
         search = Search(self.target.label, self.budget_s, self.trials)
+        try:
+            self._plan(search)
+        except KeyboardInterrupt as exc:
+            search.stopped = "terminated" if isinstance(exc, Terminated) else "interrupted"
+            search.seconds = time.monotonic() - self.start
+            raise Stopped(search, exc) from exc
+        search.seconds = time.monotonic() - self.start
+        return search
+
+    def _plan(self, search: Search) -> None:
         first = self.attempt(DEFAULT)
         if first.status != "ran":
             search.error = f"the defaults did not run: {first.reason}"
-            search.seconds = time.monotonic() - self.start
-            return search
+            return
         hw = (first.report or {}).get("hardware")
         search.hardware = hw if isinstance(hw, dict) else None  # type: ignore[assignment]
         cap = capability(search.hardware, self.base) if search.hardware else None
@@ -148,8 +160,6 @@ class _Searcher:
         for setting in combinations(self.trials):
             self.attempt(setting)
         self._batches()
-        search.seconds = time.monotonic() - self.start
-        return search
 
     def _batches(self) -> None:
         """The best so far at twice its batch, again while it pays and memory holds."""
@@ -194,5 +204,17 @@ def run(
         if len(targets) > 1:
             report(Event("step", f"environment {i}/{len(targets)}: {target.label} ..."))
         searcher = _Searcher(target, options, budget_s, bound_s, timeout, report)
-        searches.append(searcher.run())
+        try:
+            searches.append(searcher.run())
+        except Stopped as stop:
+            searches.append(stop.search)
+            return SearchResult(tuple(searches), stop.signal)
     return SearchResult(tuple(searches))
+
+
+class Stopped(Exception):
+    """A search ended by Ctrl-C or SIGTERM: what it found, and the signal to raise again."""
+
+    def __init__(self, search: Search, signal: KeyboardInterrupt) -> None:
+        super().__init__(search.stopped)
+        self.search, self.signal = search, signal

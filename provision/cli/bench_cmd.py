@@ -257,6 +257,8 @@ def shown_search(result: bench_search.SearchResult, as_json: bool, plot: Path | 
             raise bench.BenchError(message) from exc
         if not as_json:
             click.echo(f"plot: {plot}")
+    if result.interrupted is not None:
+        raise result.interrupted  # the group says "interrupted" (130) or "terminated" (143)
     if not result.ok:
         sys.exit(1)
 

@@ -40,6 +40,9 @@ def lines(result: bench_search.SearchResult) -> list[str]:
         if search.error:
             out.append(f"  {search.error}")
             continue
+        if search.stopped:
+            done = sum(1 for t in search.trials if t.status != "skipped")
+            out.append(f"  search {search.stopped} after {done} trials: the best so far")
         base = default.images_per_s if default else None
         best = search.best
         head = ["setting", "images/s", "speed-up", "1st step s", "accuracy", ""]
