@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision import _proc, environment, registry
+from provision import _proc, environment, fileio, registry
 from provision.environment import Found
 from provision.errors import InstallError, ProvisionError, UsageError
 from provision.install import prefix_hooks
@@ -281,12 +281,8 @@ def export(found: Found, dest: Path, sbom: bool = False, modulefile: bool = Fals
     """A self-contained copy for another machine: the reviewed files, the lock, a README, the
     smoke test as one zipapp, the system script where the path needs it, and with `sbom` the
     CycloneDX bill of materials (sbom.py), with `modulefile` an Lmod module file for its built
-    prefix (modulefile.py). Written next to DEST and renamed into place; an existing DEST is never
-    overwritten."""
-    import tempfile
-
-    from provision import matrix, payload_app, render
-
+    prefix (modulefile.py). Written next to DEST and renamed into place (fileio.swap_dir); an
+    existing DEST is never overwritten."""
     env = found.env
     env.check_reviewed()
     if modulefile and found.record is None:
@@ -297,63 +293,68 @@ def export(found: Found, dest: Path, sbom: bool = False, modulefile: bool = Fals
     dest = Path(dest)
     if dest.exists() or dest.is_symlink():  # a symlink, even one leading nowhere, is not ours
         raise UsageError(f"{dest} exists; export into a new directory")
-    parent = dest.absolute().parent
-    if not parent.is_dir():
-        raise UsageError(f"{parent} is not a directory")
+    target = dest.absolute()
+    if not target.parent.is_dir():
+        raise UsageError(f"{target.parent} is not a directory")
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.export-", dir=parent))
+        fileio.finish_swap(target, "export")  # what an export killed midway left
+        with fileio.swap_dir(target, "export", replace=False) as tmp:
+            files = _export_into(tmp, found, sbom, modulefile)
     except OSError as exc:
-        raise ProvisionError(f"cannot write into {parent}: {exc.strerror}") from exc
-    try:
-        files = env.own_files()
-        for rel in files:
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(env.root / rel, tmp / rel)
-        for rel, text in render.render_export(env.spec, matrix.load()).items():
-            (tmp / rel).write_text(text, encoding="utf-8")
-            files.append(rel)
-        payload_app.write_zipapp(tmp / "smoke-test.pyz")
-        files.append("smoke-test.pyz")
-        hooks = tmp / "hooks"
-        hooks.mkdir(exist_ok=True)
-        for script in ("activate.sh", "deactivate.sh", "provision_env_hook.py"):
-            shutil.copyfile(prefix_hooks.HOOKS_DIR / script, hooks / script)
-            files.append(f"hooks/{script}")
-        policy = f"hooks/{payload_app.POLICY_MODULE}.py"
-        shutil.copyfile(payload_app.POLICY_SOURCE, tmp / policy)
-        files.append(policy)
-        if env.kind.host_toolkit:
-            from provision.install.build import system_script
-
-            shutil.copyfile(system_script(), tmp / "install-system.sh")
-            (tmp / "install-system.sh").chmod(0o755)
-            files.append("install-system.sh")
-        lock_text = env.lock.read_text(encoding="utf-8") if env.lock.is_file() else ""
-        if not env.kind.conda_env and "==" in lock_text:  # a requirements lock
-            from provision.lock import pylock
-
-            text = pylock.pep751(env.spec, lock_text)
-            (tmp / "pylock.toml").write_text(text, encoding="utf-8")
-            files.append("pylock.toml")
-        if sbom:
-            from provision import sbom as bill
-
-            if not env.lock.is_file():
-                raise ProvisionError(
-                    f"--sbom lists what the lock holds, and {env.name} has no lock yet: "
-                    f"provision lock {env.name}"
-                )
-            (tmp / bill.FILE_NAME).write_text(bill.document(env), encoding="utf-8")
-            files.append(bill.FILE_NAME)
-        if modulefile and found.record is not None:
-            from provision import modulefile as lmod
-
-            (tmp / "modulefiles").mkdir()
-            text = lmod.text(found.record, env.spec.cuda.version, env.spec.cudnn.version)
-            (tmp / "modulefiles" / f"{env.name}.lua").write_text(text, encoding="utf-8")
-            files.append(f"modulefiles/{env.name}.lua")
-        os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        raise ProvisionError(f"cannot write {dest}: {exc.strerror or exc}") from exc
     return sorted(files)
+
+
+def _export_into(tmp: Path, found: Found, sbom: bool, modulefile: bool) -> list[str]:
+    """Every file of an export, written into tmp; their paths."""
+    from provision import matrix, payload_app, render
+
+    env = found.env
+    files = env.own_files()
+    for rel in files:
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(env.root / rel, tmp / rel)
+    for rel, text in render.render_export(env.spec, matrix.load()).items():
+        (tmp / rel).write_text(text, encoding="utf-8")
+        files.append(rel)
+    payload_app.write_zipapp(tmp / "smoke-test.pyz")
+    files.append("smoke-test.pyz")
+    hooks = tmp / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for script in ("activate.sh", "deactivate.sh", "provision_env_hook.py"):
+        shutil.copyfile(prefix_hooks.HOOKS_DIR / script, hooks / script)
+        files.append(f"hooks/{script}")
+    policy = f"hooks/{payload_app.POLICY_MODULE}.py"
+    shutil.copyfile(payload_app.POLICY_SOURCE, tmp / policy)
+    files.append(policy)
+    if env.kind.host_toolkit:
+        from provision.install.build import system_script
+
+        shutil.copyfile(system_script(), tmp / "install-system.sh")
+        (tmp / "install-system.sh").chmod(0o755)
+        files.append("install-system.sh")
+    lock_text = env.lock.read_text(encoding="utf-8") if env.lock.is_file() else ""
+    if not env.kind.conda_env and "==" in lock_text:  # a requirements lock
+        from provision.lock import pylock
+
+        text = pylock.pep751(env.spec, lock_text)
+        (tmp / "pylock.toml").write_text(text, encoding="utf-8")
+        files.append("pylock.toml")
+    if sbom:
+        from provision import sbom as bill
+
+        if not env.lock.is_file():
+            raise ProvisionError(
+                f"--sbom lists what the lock holds, and {env.name} has no lock yet: "
+                f"provision lock {env.name}"
+            )
+        (tmp / bill.FILE_NAME).write_text(bill.document(env), encoding="utf-8")
+        files.append(bill.FILE_NAME)
+    if modulefile and found.record is not None:
+        from provision import modulefile as lmod
+
+        (tmp / "modulefiles").mkdir()
+        text = lmod.text(found.record, env.spec.cuda.version, env.spec.cudnn.version)
+        (tmp / "modulefiles" / f"{env.name}.lua").write_text(text, encoding="utf-8")
+        files.append(f"modulefiles/{env.name}.lua")
+    return files

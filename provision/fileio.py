@@ -7,13 +7,21 @@ write_atomic writes a temporary file beside the target (same folder, so the rena
 file systems), flushes and fsyncs it, gives it its mode and renames it over the target: a reader
 sees the old file or the new one, never half, and an interrupted write leaves the old one. The
 temporary is removed on any failure. Parent folders are not created: a missing one is an error
-the caller states."""
+the caller states.
+
+swap_dir does the same for a whole directory (render's environment directories, an install from
+a bundle, an export): written beside its target and renamed into place, and finish_swap puts
+right what a swap killed between its two renames left."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -73,6 +81,58 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes, mode: int | No
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# -- a directory replaced whole ----------------------------------------------------------------
+
+TEMP = "[a-z0-9_]" * 8  # the suffix mkdtemp gives: the only names of leftovers a swap touches
+
+
+def finish_swap(target: Path, tag: str) -> None:
+    """Put right what a swap_dir(target, tag) killed mid-way left (a kill has no chance to clean
+    up): the old directory moved aside goes back where the swap took it from, unless the new one
+    got there; then it, and a half-written new one, are removed. Only directories with swap_dir's
+    names (mkdtemp's suffix) are touched, never a symlink. OSError as it comes."""
+    parent, name = target.parent, target.name
+    aside = [p for p in parent.glob(f".{name}.old-{TEMP}") if not p.is_symlink() and p.is_dir()]
+    if len(aside) == 1 and not os.path.lexists(target):
+        os.rename(aside.pop(), target)
+    for left in [*aside, *parent.glob(f".{name}.{tag}-{TEMP}")]:
+        if not left.is_symlink() and left.is_dir():
+            shutil.rmtree(left)
+
+
+@contextlib.contextmanager
+def swap_dir(target: Path, tag: str, *, replace: bool = True) -> Iterator[Path]:
+    """An empty directory (.NAME.TAG-XXXXXXXX beside `target`, so no rename crosses file systems,
+    with an ordinary directory's mode) that replaces `target` when the block ends: renamed in
+    where there is none; else the old one is renamed aside (.NAME.old-XXXXXXXX), the new one in,
+    and only then the old one removed. An error in the block or the swap removes the new one and
+    leaves the old one in place; a kill between the two renames leaves the old one aside, where
+    finish_swap finds it. replace=False: an existing target is an error (FileExistsError), never
+    replaced, even one made while the block ran."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.{tag}-", dir=target.parent))
+    old = target.parent / f".{target.name}.old-{tmp.name.rsplit('-', 1)[-1]}"
+    swapped = False
+    try:
+        tmp.chmod(0o777 & ~umask())  # mkdtemp makes it private
+        yield tmp
+        if not replace and os.path.lexists(target):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+        if not target.exists():
+            os.rename(tmp, target)
+            return
+        os.rename(target, old)
+        try:
+            os.rename(tmp, target)
+        except BaseException:
+            os.rename(old, target)
+            raise
+        swapped = True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if swapped:  # only once the new directory is in place may the old one go
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def load_yaml(path: Path | str) -> object:

@@ -12,17 +12,16 @@ import json
 import os
 import shlex
 import shutil
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision import diskread, environment, paths, userpackages
+from provision import diskread, environment, fileio, paths, userpackages
 from provision import matrix as matrix_module
 from provision.errors import RenderError, UsageError
-from provision.fileio import dump_yaml_for_people, sha256_bytes, sha256_text, umask
+from provision.fileio import dump_yaml_for_people, sha256_bytes, sha256_text
 from provision.matrix import Matrix, kinds
 from provision.matrix.spec import EnvRequest, EnvSpec, all_specs, default_name, expected
 from provision.steps import StepResult
@@ -437,17 +436,9 @@ def _write_all(
 
 
 def _finish_interrupted(out: Path, env_name: str) -> None:
-    """What a render of env_name killed mid-way left (it has no chance to clean up): the old
-    directory moved aside goes back where the swap took it from, unless the new one got there;
-    then it, and a half-written new one, are removed. Only provision's names: mkdtemp's suffix."""
-    suffix = "[a-z0-9_]" * 8
-    aside = [p for p in out.glob(f".{env_name}.old-{suffix}") if not p.is_symlink() and p.is_dir()]
+    """What a render of env_name killed mid-way left goes (fileio.finish_swap)."""
     try:
-        if len(aside) == 1 and not os.path.lexists(out / env_name):
-            os.rename(aside.pop(), out / env_name)
-        for left in [*aside, *out.glob(f".{env_name}.render-{suffix}")]:
-            if not left.is_symlink() and left.is_dir():
-                shutil.rmtree(left)
+        fileio.finish_swap(out / env_name, "render")
     except OSError as exc:
         raise RenderError(f"cannot finish an interrupted render of {env_name}: {exc}") from exc
 
@@ -458,42 +449,22 @@ def _write_env(
     """Write the directory beside its target, then swap it in; the old one survives any failure."""
     target = out / env_name
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{env_name}.render-", dir=out))
-    except OSError as exc:
-        raise RenderError(f"cannot write into {out}: {exc.strerror}") from exc
-    old = out / f".{env_name}.old-{tmp.name.rsplit('-', 1)[-1]}"
-    swapped = False
-    try:
-        tmp.chmod(0o777 & ~umask())  # mkdtemp makes it private; an env dir is an ordinary one
-        for folder in sorted({os.path.dirname(rel) for rel in files} - {""}):
-            (tmp / folder).mkdir(parents=True, exist_ok=True)
-        for rel, text in files.items():
-            # The umask applies to this mode; scripts with a shebang are executable.
-            mode = 0o777 if text.startswith("#!") else 0o666
-            with open(os.open(tmp / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
-                f.write(text.encode())
-        for lock in environment.KEPT_FILES:
-            if (target / lock).is_file():
-                shutil.copy2(target / lock, tmp / lock)
-        if user_text is not None:
-            (tmp / environment.USER_FILE).write_text(user_text, encoding="utf-8")
-        for kept in KEPT_DIRS:
-            if (target / kept).is_dir():
-                shutil.copytree(target / kept, tmp / kept)
-        if not target.exists():
-            os.rename(tmp, target)
-            return
-        os.rename(target, old)
-        try:
-            os.rename(tmp, target)
-        except BaseException:
-            os.rename(old, target)
-            raise
-        swapped = True
+        with fileio.swap_dir(target, "render") as tmp:
+            for folder in sorted({os.path.dirname(rel) for rel in files} - {""}):
+                (tmp / folder).mkdir(parents=True, exist_ok=True)
+            for rel, text in files.items():
+                # The umask applies to this mode; scripts with a shebang are executable.
+                mode = 0o777 if text.startswith("#!") else 0o666
+                fd = os.open(tmp / rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+                with open(fd, "wb") as f:
+                    f.write(text.encode())
+            for lock in environment.KEPT_FILES:
+                if (target / lock).is_file():
+                    shutil.copy2(target / lock, tmp / lock)
+            if user_text is not None:
+                (tmp / environment.USER_FILE).write_text(user_text, encoding="utf-8")
+            for kept in KEPT_DIRS:
+                if (target / kept).is_dir():
+                    shutil.copytree(target / kept, tmp / kept)
     except OSError as exc:
         raise RenderError(f"cannot write {target}: {exc.strerror or exc}") from exc
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        # Only once the new directory is in place may the old one go.
-        if swapped:
-            shutil.rmtree(old, ignore_errors=True)

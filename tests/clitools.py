@@ -91,6 +91,27 @@ def run_cli(
     return res.exit_code, res.output + shown
 
 
+# Python code that SIGKILLs its own process (no clean-up at all) just before the nth audit event
+# EVENT whose first argument holds MATCH: a kill at a chosen point of a command, every time, with
+# no race between a watcher and the command (it can be faster than any watcher).
+KILL_AT = (
+    "import os, signal, sys\n"
+    "def _kill_at(event, args, seen=[0]):\n"
+    "    if event == {event!r} and {match!r} in str(args[0]):\n"
+    "        seen[0] += 1\n"
+    "        if seen[0] == {nth}:\n"
+    "            os.kill(os.getpid(), signal.SIGKILL)\n"
+    "sys.addaudithook(_kill_at)\n"
+)
+
+
+def killed_at(event: str, match: str, nth: int) -> list[str]:
+    """A `prefix` for provision(): the command runs with KILL_AT's hook installed first (python
+    -c HOOK, then provision's __main__ with the argv after `-m provision`)."""
+    run = "import runpy; del sys.argv[1:4]; runpy.run_module('provision', run_name='__main__')"
+    return [sys.executable, "-c", KILL_AT.format(event=event, match=match, nth=nth) + run]
+
+
 @contextmanager
 def build_lock_held(prefix: Path) -> Iterator[None]:
     """Another provision process holds PREFIX's build lock (install's, add's and drop's) while the

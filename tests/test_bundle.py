@@ -18,6 +18,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import clitools
 import pytest
 from bundletools import leftovers, needs_unshare, provision_offline
 from clitools import run_cli
@@ -376,6 +377,61 @@ def test_a_run_killed_midway_is_completed_by_running_it_again(
     assert done.returncode == 0, done.stderr
     assert state_of(home / "envs" / "tiny") == "complete"
     assert list((home / "unpack").iterdir()) == []
+
+
+def _complete(env: Path) -> bool:
+    """Every file provision.json lists is there with its recorded hash."""
+    meta = json.loads((env / "provision.json").read_text())
+    return all(
+        hashlib.sha256((env / rel).read_bytes()).hexdigest() == digest
+        for rel, digest in meta["files"].items()
+    )
+
+
+@needs_unshare
+@pytest.mark.parametrize(
+    ("event", "match", "nth"),
+    [
+        ("os.mkdir", "/bundled/.tiny.", 1),  # before the new directory exists
+        ("open", "/bundled/.tiny.", 1),  # the new directory half copied
+        ("open", "/bundled/.tiny.", 3),
+        ("os.rename", "/bundled/", 1),  # before the old directory goes aside
+        ("os.rename", "/bundled/", 2),  # between the swap's two renames: the old one is aside
+        ("shutil.rmtree", "/bundled/.tiny.", 2),  # the new one in, the old one not yet removed
+    ],
+)
+def test_a_run_killed_in_the_swap_leaves_the_old_directory_or_the_new(
+    tiny_bundle: Path, tmp_path: Path, event: str, match: str, nth: int
+) -> None:
+    """install --from-bundle over an environment directory of an older provision, killed before
+    each step of putting the new one in place: the old one or the new one is there, whole (or,
+    between the two renames, the old one aside under the swap's name); the next run puts the new
+    one in place and leaves nothing beside it."""
+    home = tmp_path / "target-home"
+    install = ("install", "--from-bundle", str(tiny_bundle), "--no-verify")
+    first = provision_offline(*install, env=install_env(home))
+    assert first.returncode == 0, first.stderr
+    bundled = home / "bundled"
+    env = bundled / "tiny"
+    # As if written by an older provision, so the next install replaces the directory.
+    (env / "hooks" / "runtime.env").write_text("old\n")
+    meta = json.loads((env / "provision.json").read_text())
+    meta["files"]["hooks/runtime.env"] = hashlib.sha256(b"old\n").hexdigest()
+    (env / "provision.json").write_text(json.dumps(meta))
+    offline = ["unshare", "-n", *clitools.killed_at(event, match, nth)]
+    killed = clitools.provision(*install, env=install_env(home), timeout=600, prefix=offline)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    if env.exists():
+        assert _complete(env)
+    else:  # only between the two renames: the old directory is aside, whole
+        aside = list(bundled.glob(".tiny.old-*"))
+        assert len(aside) == 1 and _complete(aside[0]), sorted(os.listdir(bundled))
+        assert (aside[0] / "hooks" / "runtime.env").read_text() == "old\n"
+    again = provision_offline(*install, env=install_env(home))
+    assert again.returncode == 0, again.stderr
+    assert sorted(os.listdir(bundled)) == ["tiny"]  # nothing of the killed run beside it
+    assert _complete(env) and (env / "hooks" / "runtime.env").read_text() != "old\n"
+    assert state_of(home / "envs" / "tiny") == "complete"
 
 
 # -- small parts of the format ---------------------------------------------------------------------

@@ -896,20 +896,6 @@ def _complete(env: Path) -> bool:
     )
 
 
-# Python code that SIGKILLs its own process (no clean-up at all) just before the nth audit event
-# EVENT whose first argument holds MATCH: a kill at a chosen point of the render, every time, with
-# no race between a watcher and the render (the render can be faster than any watcher).
-KILL_AT = (
-    "import os, signal, sys\n"
-    "def _kill_at(event, args, seen=[0]):\n"
-    "    if event == {event!r} and {match!r} in str(args[0]):\n"
-    "        seen[0] += 1\n"
-    "        if seen[0] == {nth}:\n"
-    "            os.kill(os.getpid(), signal.SIGKILL)\n"
-    "sys.addaudithook(_kill_at)\n"
-)
-
-
 @pytest.mark.parametrize(
     ("event", "match", "nth"),
     [
@@ -940,7 +926,7 @@ def test_killed_render_never_leaves_half_a_directory(
         meta["files"]["hooks/runtime.env"] = hashlib.sha256(b"old\n").hexdigest()
         (out / name / "provision.json").write_text(json.dumps(meta))
         (out / name / "requirements.lock").write_text(f"# the user's lock of {name}\n")
-    hook = KILL_AT.format(event=event, match=match, nth=nth)
+    hook = clitools.KILL_AT.format(event=event, match=match, nth=nth)
     killed = subprocess.run(
         [command[0], command[1], hook + command[2], *command[3:]],
         cwd=ROOT,

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from provision import environment, install, registry
+from provision import environment, fileio, install, registry
 from provision.bundlefile import bundle_sign
 from provision.bundlefile.bundle_format import (
     CHUNK,
@@ -390,10 +390,16 @@ def _extract(tar: tarfile.TarFile, info: tarfile.TarInfo, member: Member, dest: 
 
 def place_env(staged: Path, out: Path | None) -> EnvDir:
     """The bundle's environment directory at OUT/NAME (default PROVISION_HOME/bundled/NAME),
-    replaced as a whole; a directory there with hand edits is never replaced."""
+    replaced as a whole (fileio.swap_dir: a run killed mid-swap leaves the old one or the new one,
+    and the next run puts back the old one before it looks); a directory there with hand edits is
+    never replaced."""
     name = staged.name
     base = (out if out is not None else registry.home() / "bundled").absolute()
     dest = base / name
+    try:
+        fileio.finish_swap(dest, "from-bundle")
+    except OSError as exc:
+        raise InstallError(f"cannot finish an interrupted install into {dest}: {exc}") from exc
     if dest.exists():
         if _same_tree(staged, dest):
             return environment.load(dest)
@@ -406,15 +412,12 @@ def place_env(staged: Path, out: Path | None) -> EnvDir:
                 f"{dest} is another {name} with changes of its own ({', '.join(edited)}); "
                 "nothing was installed; pass --out DIR to put the bundle's elsewhere"
             )
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = base / f".{name}.from-bundle-{os.getpid()}"
-    old = base / f".{name}.replaced-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(staged, tmp)
-    if dest.exists():
-        dest.rename(old)
-    tmp.rename(dest)
-    shutil.rmtree(old, ignore_errors=True)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        with fileio.swap_dir(dest, "from-bundle") as tmp:
+            shutil.copytree(staged, tmp, dirs_exist_ok=True)
+    except OSError as exc:
+        raise InstallError(f"cannot put {dest} in place: {exc.strerror or exc}") from exc
     return environment.load(dest)
 
 
