@@ -346,3 +346,17 @@ def test_ctrl_c_or_sigterm_shows_the_trials_that_finished(
     assert f"provision: {word}" in err
     assert f"search {word} after" in out and "defaults" in out
     assert "best: " in out  # the defaults learnt: the best so far is named
+    if signal_number == 2:  # --json says it too
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "provision", "bench", "--best", "--json", "--python",
+             str(python)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+        assert proc.stderr is not None
+        for line in iter(proc.stderr.readline, ""):  # until the second trial has started
+            if line.startswith("[2] "):
+                break
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+        (search,) = json.loads(out)["searches"]
+        assert search["stopped"] == "interrupted" and search["trials"][0]["label"] == "defaults"

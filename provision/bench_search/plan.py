@@ -141,6 +141,7 @@ class Search:
             "budget_s": self.budget_s,
             "seconds": round(self.seconds, 1),
             "error": self.error or None,
+            "stopped": self.stopped or None,
             "default": default.label if default else None,
             "best": best.label if best else None,
             "best_command": best.command if best else None,
@@ -169,6 +170,7 @@ class SearchResult:
             hw = item.get("hardware")
             search.hardware = hw if isinstance(hw, dict) else None  # type: ignore[assignment]
             search.error = str(item.get("error") or "")
+            search.stopped = str(item.get("stopped") or "")
             searches.append(search)
         return cls(tuple(searches))
 
