@@ -63,14 +63,26 @@ def umask() -> int:
     return mask
 
 
-def write_atomic(path: str | os.PathLike[str], data: str | bytes, mode: int | None = None) -> None:
+def write_atomic(
+    path: str | os.PathLike[str],
+    data: str | bytes,
+    mode: int | None = None,
+    *,
+    temp: str | os.PathLike[str] | None = None,
+) -> None:
     """Replace `path` with `data` in one rename; on failure the old file is untouched and no
     temporary is left. Text is written as UTF-8 with its newlines as they are ("\\n" stays "\\n").
     `mode` is the new file's permissions; None: what a plain open() would give (0o666 less the
-    umask). A symlink at `path` is replaced, not followed."""
+    umask). A symlink at `path` is replaced, not followed. `temp`: the temporary's own name, for
+    a file whose interrupted write a reader must recognize (an install's marker); created or
+    emptied, never followed; None: a fresh name beside `path` (.NAME.XXXXXXXX.tmp)."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if temp is None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    else:
+        tmp = os.fspath(temp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), 0o666 & ~umask() if mode is None else mode)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import base64
 import importlib.metadata
+import io
 import os
 import zipfile
 from pathlib import Path
 
 import provision
 from provision import __version__
-from provision.fileio import sha256_bytes
+from provision.fileio import sha256_bytes, write_atomic
 
 PACKAGE = Path(provision.__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -82,14 +83,14 @@ def build(dest: Path) -> Path:
     from provision.paths import output_file
 
     output_file(target, "--wheel", force=True)  # a wheel of this name is provision's; no device
-    tmp = target.with_name(target.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, data, mode in members:
             entry = zipfile.ZipInfo(name, _EPOCH)
             entry.external_attr = (0o100000 | mode) << 16
             entry.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(entry, data)
-    os.replace(tmp, target)
+    write_atomic(target, buffer.getvalue())
     return target
 
 

@@ -5,7 +5,6 @@ which draws with matplotlib. Reports are in the current schema (`bench_schema.up
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 from provision import bench
 from provision.cli.columns import columns
 from provision.errors import ProvisionError
+from provision.fileio import umask
 from provision.payload import bench_schema
 
 # One environment's report as parsed (JSON): each field is narrowed where it is read, and a
@@ -350,9 +350,7 @@ def write_png(path: Path, draw: Callable[[Path], None]) -> None:
         tmp = Path(fh.name)
     try:
         draw(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        tmp.chmod(0o666 & ~umask)  # NamedTemporaryFile creates 0600; a plot is for sharing
+        tmp.chmod(0o666 & ~umask())  # NamedTemporaryFile creates 0600; a plot is for sharing
         from provision.paths import output_file
 
         output_file(path, "--plot", force=True)  # still no device, FIFO or folder there

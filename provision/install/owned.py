@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from provision import diskread
+from provision.fileio import write_atomic
 
 MARKER = ".provision-install.json"
 FILES = ".provision-install.files"  # what the build installed, one relative path a line
@@ -88,9 +89,8 @@ def add_with_folders(names: set[str], path: str, stop: str = "") -> None:
 
 def write_list(prefix: Path, names: set[str]) -> None:
     """The list of what provision installed into prefix (folders end in /), replaced whole."""
-    tmp = prefix / (FILES + ".tmp")
-    tmp.write_text(LIST_HEADER + "".join(n + "\n" for n in sorted(names)), encoding="utf-8")
-    os.replace(tmp, prefix / FILES)
+    text = LIST_HEADER + "".join(n + "\n" for n in sorted(names))
+    write_atomic(prefix / FILES, text, temp=prefix / (FILES + ".tmp"))
 
 
 def recorded(prefix: Path) -> set[str] | None:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from provision import diskread, registry
 from provision.errors import InstallError, UsageError
+from provision.fileio import write_atomic
 from provision.install import owned
 
 MARKER = owned.MARKER
@@ -52,11 +53,8 @@ def state_of(prefix: Path, digest: str | None = None) -> PrefixState:
 
 
 def write_marker(prefix: Path, data: Mapping[str, object]) -> None:
-    tmp = prefix / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(dict(data), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, prefix / MARKER)
+    text = json.dumps(dict(data), indent=2, sort_keys=True) + "\n"
+    write_atomic(prefix / MARKER, text, temp=prefix / (MARKER + ".tmp"))  # state_of knows it
 
 
 def followed(target: Path) -> Path:
