@@ -171,6 +171,49 @@ def test_yaml_for_people_indents_lists_and_quotes_what_yaml_would_retype() -> No
     assert fileio.load_yaml(text) == {"name": "1.10", "dependencies": ["python", "yes"]}
 
 
+# -- a directory replaced whole ----------------------------------------------------------------
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {p.name: p.read_text() for p in folder.iterdir()}
+
+
+def test_swap_dir_replaces_a_directory_whole_or_not_at_all(tmp_path: Path) -> None:
+    target = tmp_path / "env"
+    target.mkdir()
+    (target / "a").write_text("old\n")
+    with fileio.swap_dir(target, "render") as new:
+        assert new.parent == tmp_path and new.name.startswith(".env.render-")
+        assert stat.S_IMODE(new.stat().st_mode) == 0o777 & ~fileio.umask()  # not mkdtemp's 0700
+        (new / "b").write_text("new\n")
+    assert _tree(target) == {"b": "new\n"} and os.listdir(tmp_path) == ["env"]
+    with pytest.raises(RuntimeError), fileio.swap_dir(target, "render") as new:
+        (new / "c").write_text("half\n")
+        raise RuntimeError("failed midway")
+    assert _tree(target) == {"b": "new\n"} and os.listdir(tmp_path) == ["env"]
+    with pytest.raises(FileExistsError), fileio.swap_dir(target, "export", replace=False) as new:
+        (new / "d").write_text("never\n")
+    assert _tree(target) == {"b": "new\n"} and os.listdir(tmp_path) == ["env"]
+
+
+def test_finish_swap_puts_back_the_old_directory_and_touches_only_its_own(tmp_path: Path) -> None:
+    """As a kill between the two renames leaves it: the old one aside, the new one half written;
+    and beside them what only looks like a leftover (another suffix, a symlink)."""
+    (tmp_path / ".env.old-ab12cd34").mkdir()
+    (tmp_path / ".env.old-ab12cd34" / "a").write_text("old\n")
+    (tmp_path / ".env.render-ab12cd34").mkdir()
+    (tmp_path / ".env.render-notes").mkdir()
+    (tmp_path / ".env.render-zz99zz99").symlink_to(tmp_path / ".env.render-notes")
+    fileio.finish_swap(tmp_path / "env", "render")
+    assert _tree(tmp_path / "env") == {"a": "old\n"}
+    assert sorted(os.listdir(tmp_path)) == [".env.render-notes", ".env.render-zz99zz99", "env"]
+    # The new one got there: what is aside is the old one, and goes.
+    (tmp_path / ".env.old-ef56gh78").mkdir()
+    fileio.finish_swap(tmp_path / "env", "render")
+    assert _tree(tmp_path / "env") == {"a": "old\n"}
+    assert sorted(os.listdir(tmp_path)) == [".env.render-notes", ".env.render-zz99zz99", "env"]
+
+
 # -- the guard ---------------------------------------------------------------------------------
 
 
