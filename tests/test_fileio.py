@@ -296,3 +296,55 @@ def test_the_guard_catches_a_copy(tmp_path: Path) -> None:
     assert "b.py:1: defines write_atomic" in found
     assert "c.py:2: hashlib.sha256 in " in found
     assert "fileio.py" not in found and "payload" not in found
+
+
+# (file relative to provision/, enclosing function) -> why it renames a file into place itself
+# rather than through write_atomic (which holds the bytes) or swap_dir (a directory).
+ALLOWED_REPLACE: dict[tuple[str, str], str] = {
+    ("bundle/bundle_fetch.py", "store"): "a download moved into the cache: on disk already",
+    ("bundlefile/bundle_io.py", "Sink.commit"): "a bundle's parts, streamed as made (gigabytes)",
+    ("cli/bench_report.py", "write_png"): "matplotlib writes the plot to a path of its own",
+    ("image/assemble.py", "build_image"): "the image archive, streamed as made (gigabytes)",
+    ("image/oci.py", "write_layer"): "a layer, gzipped as it is streamed",
+    ("image/oci.py", "_copy"): "a layer into the cache by hard link",
+    ("install/build.py", "_build"): "the prefix, swapped under install's markers and lock",
+    ("install/place.py", "finish_leftovers"): "a prefix swap a kill left, put back",
+    ("solver/install.py", "_fetch.one"): "a package downloaded as it arrives",
+}
+
+
+def renames(root: Path) -> list[str]:
+    """Every file or directory renamed into place outside fileio and not in ALLOWED_REPLACE:
+    os.replace, os.rename, or a Path's replace/rename (one argument: str.replace takes two), and
+    every os.umask (fileio.umask reads it without setting it and back)."""
+    found: list[str] = []
+    for rel, tree in _modules(root):
+        for node, where in _walk(tree):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            f = node.func
+            on_os = isinstance(f.value, ast.Name) and f.value.id == "os"
+            path_call = not on_os and len(node.args) == 1 and not node.keywords
+            moves = f.attr in ("replace", "rename") and (on_os or path_call)
+            if (moves and (rel, where) not in ALLOWED_REPLACE) or (on_os and f.attr == "umask"):
+                found.append(f"{rel}:{node.lineno}: {f.attr} in {where}")
+    return sorted(found, key=lambda line: (line.split(":")[0], int(line.split(":")[1])))
+
+
+def test_every_replace_goes_through_write_atomic_or_swap_dir() -> None:
+    assert renames(PACKAGE) == []
+
+
+def test_the_replace_guard_catches_a_rename_of_its_own(tmp_path: Path) -> None:
+    (tmp_path / "mine.py").write_text(
+        "import os\n"
+        "def save(tmp, path):\n    os.replace(tmp, path)\n"
+        "def swap(new, target):\n    new.rename(target)\n"
+        "def mask():\n    return os.umask(0)\n"
+        "def fine(text):\n    return text.replace('a', 'b')\n"
+    )
+    assert renames(tmp_path) == [
+        "mine.py:3: replace in save",
+        "mine.py:5: rename in swap",
+        "mine.py:7: umask in mask",
+    ]
