@@ -77,6 +77,8 @@ class BenchOptions:
                 )  # fmt: skip
         if self.strategy == "default" and self.gpus != "1":
             raise BenchOptionError("--gpus", "--strategy default runs on one device: give --gpus 1")
+        if self.dataset is not None:
+            _check_dataset(Path(self.dataset))
 
     @staticmethod
     def switch(value: bool | None) -> Switch:
@@ -85,6 +87,34 @@ class BenchOptions:
 
     def items(self) -> list[tuple[str, object]]:
         return [(f.name, getattr(self, f.name)) for f in fields(self)]
+
+
+def _check_dataset(folder: Path) -> None:
+    """--dataset as the payload reads it (.npz archives holding arrays x and y), checked on the
+    host, so that an empty folder or a broken archive is one line before TensorFlow loads. Only
+    the archives' tables of contents are read: a dataset may be gigabytes."""
+    import zipfile
+
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".npz"))
+    except OSError as exc:
+        raise BenchOptionError("--dataset", f"{folder}: {exc.strerror}") from None
+    if not names:
+        raise BenchOptionError("--dataset", f"{folder} holds no .npz files (arrays x and y)")
+    for name in names:
+        try:
+            with zipfile.ZipFile(folder / name) as archive:
+                members = set(archive.namelist())
+        except (OSError, zipfile.BadZipFile) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not a zip"
+            raise BenchOptionError(
+                "--dataset", f"{folder / name} is not a .npz archive ({why})"
+            ) from None
+        missing = [a for a in ("x", "y") if f"{a}.npy" not in members]
+        if missing:
+            raise BenchOptionError(
+                "--dataset", f"{folder / name} holds no array {' or '.join(missing)}"
+            )
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,9 @@ KINDS = {
 
 
 def root() -> Path:
-    """The folder of provision's caches."""
+    """The folder of provision's caches. XDG_CACHE_HOME is checked even under PROVISION_HOME: the
+    tools provision runs (pip, uv, conda-lock) keep what provision does not move there."""
+    _check_xdg_cache()
     if os.environ.get("PROVISION_HOME"):
         from provision import registry
 
@@ -39,6 +41,24 @@ def root() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("provision", appauthor=False))
+
+
+def _check_xdg_cache() -> None:
+    """XDG_CACHE_HOME, when set, is a folder or can become one (ProvisionError): a file there
+    would make each tool fail, or quietly cache nothing, in its own way."""
+    value = os.environ.get("XDG_CACHE_HOME", "")
+    if not value:
+        return
+    path = Path(value).absolute()
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                what = "is a file" if parent == path else f"is under the file {parent}"
+                raise ProvisionError(
+                    f"XDG_CACHE_HOME {value[:80]} {what}, not a folder; set it to a folder, or "
+                    "unset it"
+                )
+            return
 
 
 def tool_env() -> dict[str, str]:

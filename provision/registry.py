@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from provision.errors import ProvisionError
+from provision.errors import ProvisionError, UsageError
 from provision.fileio import write_atomic
 from provision.records import read as read_record  # `records` here is the listing below
 
@@ -68,6 +68,22 @@ def _check_home(path: Path) -> None:
     if inside:
         raise RegistryError(
             f"PROVISION_HOME {path} is inside {inside}; set it to a folder of its own"
+        )
+
+
+def refuse_inside_an_environment(path: Path, flag: str) -> None:
+    """Where provision writes what a user asked for (export's folder, a bundle): never `-` (it
+    writes files, not standard output) and never inside an environment directory or a built
+    prefix, which render, lock and install own and would replace or delete (UsageError)."""
+    if str(path) == "-":
+        raise UsageError(
+            f"{flag} -: provision writes files here, not to standard output; give a path"
+        )
+    inside = _inside_an_environment(Path(os.path.realpath(path)))
+    if inside:
+        raise UsageError(
+            f"{flag} {path} is inside {inside}, which provision replaces or deletes as a whole; "
+            "write it somewhere else"
         )
 
 
@@ -169,7 +185,12 @@ class Record:
         """The record `to_json` wrote (parsed JSON); ValueError naming the field otherwise."""
         if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
             raise ValueError("not a provision registry record")
-        return read_record(cls, data, "record", ValueError)
+        record = read_record(cls, data, "record", ValueError)
+        # Its interpreter is what kernel, verify and check run: only the prefix's own.
+        prefix, exe = os.path.normpath(record.prefix), os.path.normpath(record.interpreter)
+        if record.interpreter and (exe == prefix or os.path.commonpath([prefix, exe]) != prefix):
+            raise ValueError(f"its interpreter {record.interpreter} is outside its prefix {prefix}")
+        return record
 
 
 def _path(name: str) -> Path:

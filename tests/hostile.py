@@ -603,11 +603,112 @@ def write_wheelhouse(world: World, label: str) -> None:
         wheel.write_text(how)
 
 
+# -- the turn-3 corpus's cases handled badly (issue 40, item 7) ------------------------------
+
+FLEET = (*BASE["fleet"], "--check")  # a dry run, should a refusal be missed
+LAUGHS = ['"lol"'] + [f"*l{i - 1}" for i in range(1, 10)]  # nine of nine: 9**9 once expanded
+BOMB = "all:\n  hosts:\n    localhost: {ansible_connection: local}\n  vars:\n" + "".join(
+    f"    l{i}: &l{i} [{', '.join([item] * 9)}]\n" for i, item in enumerate(LAUGHS)
+)
+INVENTORIES = {
+    "alias-bomb.yml": BOMB,
+    "alias-loop.yml": "all:\n  hosts:\n    localhost: {}\n  vars:\n    a: &a [1, *a]\n",
+    "host-twice.yml": "all:\n  hosts:\n    localhost: {ansible_connection: local}\n"
+    "    localhost: {ansible_connection: local}\n",
+    "unparsable.ini": "[gpu\n= = =\n",
+}
+
+
+def misuse_cases() -> list[Case]:
+    """Where provision wrote, ran or waited on what a user gave it: each refused in one line,
+    with nothing written (the export and bundle cases would write inside an environment)."""
+    export = ("export", "tiny", "--out", "@envs@")
+    bundle = ("bundle", "tiny", "--out", "@envs@", "-o")
+    fleet = {label: badinput._replace(FLEET, "--inventory", f"@root@/files/{label}")
+             for label in INVENTORIES}  # fmt: skip
+    bench = BASE["bench"]
+    return [
+        Case("misuse-export-into-its-environment-directory",
+             (*export[:2], "@envs@/tiny/exported", *export[2:]), USAGE,
+             expect=("inside the environment directory",)),
+        Case("misuse-export-into-a-prefix", (*export[:2], "@prefix@/exported", *export[2:]),
+             USAGE, expect=("inside the environment prefix",)),
+        Case("misuse-export-to-dash", (*export[:2], "-", *export[2:]), USAGE,
+             expect=("standard output",)),
+        Case("misuse-bundle-into-its-environment-directory", (*bundle, "@envs@/tiny/t.tar"),
+             USAGE, expect=("inside the environment directory",)),
+        Case("misuse-bundle-into-a-prefix", (*bundle, "@prefix@/t.tar"), USAGE,
+             expect=("inside the environment prefix",)),
+        Case("misuse-bundle-xdg-cache-home-a-file", BASE["bundle"],
+             env=(("XDG_CACHE_HOME", "@afile@"),), expect=("XDG_CACHE_HOME",)),
+        Case("misuse-bundle-xdg-cache-home-under-a-file", BASE["bundle"],
+             env=(("XDG_CACHE_HOME", "@afile@/cache"),), expect=("XDG_CACHE_HOME",)),
+        Case("misuse-install-prefix-root", (*BASE["install"], "--prefix", "/"), USAGE,
+             expect=("root of the file system",)),
+        Case("misuse-install-prefix-root-dotdot", (*BASE["install"], "--prefix", "/tmp/../"),
+             USAGE, expect=("root of the file system",)),
+        Case("misuse-kernel-record-names-an-interpreter-outside-its-prefix", BASE["kernel"],
+             env=(("PROVISION_HOME", "@root@/files/home"),), expect=("outside its prefix",),
+             prepare="files"),
+        Case("misuse-fleet-inventory-alias-bomb", fleet["alias-bomb.yml"], USAGE,
+             expect=("aliases",), prepare="files"),
+        Case("misuse-fleet-inventory-alias-in-its-own-anchor", fleet["alias-loop.yml"], USAGE,
+             expect=("never ends",), prepare="files"),
+        Case("misuse-fleet-inventory-host-twice", fleet["host-twice.yml"], USAGE,
+             expect=("twice",), prepare="files"),
+        Case("misuse-fleet-refused-inventory-makes-nothing-in-home", fleet["unparsable.ini"],
+             USAGE, env=(("HOME", "@root@/files/userhome"), ("ANSIBLE_HOME", "~/.ansible")),
+             expect=("cannot be read by Ansible",), prepare="files"),
+        Case("misuse-fleet-forks-far-too-large", (*FLEET, "--forks", "100000"), USAGE,
+             expect=("--forks",)),
+        Case("misuse-bench-precision-named-twice",
+             badinput._replace(bench, "--precision", "float32,float32"), USAGE,
+             expect=("twice",)),
+        Case("misuse-bench-dataset-empty",
+             badinput._replace(bench, "--dataset", "@root@/files/datasets/empty"), USAGE,
+             expect=("no .npz",), prepare="files"),
+        Case("misuse-bench-dataset-broken-npz",
+             badinput._replace(bench, "--dataset", "@root@/files/datasets/broken"), USAGE,
+             expect=("not a .npz",), prepare="files"),
+        Case("misuse-bench-dataset-npz-without-x",
+             badinput._replace(bench, "--dataset", "@root@/files/datasets/no-x"), USAGE,
+             expect=("no array x",), prepare="files"),
+    ]  # fmt: skip
+
+
+def write_files(world: World) -> None:
+    """The files misuse_cases point at, under @root@/files: inventories, datasets, and a home
+    whose registry record of tiny names a program outside its prefix (it would leave a file)."""
+    import zipfile
+
+    folder = world.root / "files"
+    if folder.is_dir():
+        return
+    for sub in ("userhome", "datasets/empty", "datasets/broken", "datasets/no-x",
+                "home/registry", "prefix/bin"):  # fmt: skip
+        (folder / sub).mkdir(parents=True)
+    for name, text in INVENTORIES.items():
+        (folder / name).write_text(text)
+    (folder / "datasets" / "broken" / "a.npz").write_bytes(b"PK\x03\x04 cut short")
+    with zipfile.ZipFile(folder / "datasets" / "no-x" / "a.npz", "w") as zf:
+        zf.writestr("y.npy", b"\x93NUMPY")
+    program = folder / "program"
+    program.write_text(f"#!/bin/sh\ntouch {world.root}/PWNED-by-the-record\n")
+    program.chmod(0o755)
+    record = {
+        "name": "tiny", "env_dir": str(Path(world.tokens["@envs@"]) / "tiny"), "path": "pip",
+        "tf": "2.13.1", "python": "3.11", "prefix": str(folder / "prefix"),
+        "interpreter": str(program), "installer": "uv", "lock_sha256": "0" * 64,
+        "built_at": 1.0, "owned": True, "last_verify": None, "bundle": None, "schema": 1,
+    }  # fmt: skip
+    (folder / "home" / "registry" / "tiny.json").write_text(json.dumps(record))
+
+
 def cases() -> list[Case]:
     out = (
         repeated_cases() + version_cases() + timeout_cases() + line_break_cases() + home_cases()
         + not_applying_cases() + manifest_cases() + lock_cases() + interpreter_cases()
-        + wheelhouse_cases()
+        + wheelhouse_cases() + misuse_cases()
     )  # fmt: skip
     seen: set[str] = set()
     unique = []

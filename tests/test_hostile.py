@@ -39,6 +39,8 @@ def _prepare(case: Case, world: World) -> None:
         hostile.write_bundle(world.root / "bundles" / f"{number}.tar", field, value)
     elif case.prepare.startswith("wheelhouse:"):
         hostile.write_wheelhouse(world, case.prepare.split(":", 1)[1])
+    elif case.prepare == "files":
+        hostile.write_files(world)
     elif case.prepare.startswith("edit:"):
         hostile.apply_edit(world, case.prepare.split(":", 1)[1])
 

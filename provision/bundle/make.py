@@ -154,8 +154,10 @@ def requires_of(
 
 def check_output(output: Path, split: bool, force: bool) -> None:
     """-o (and its first part, when split) can be written: see paths.output_file."""
+    from provision import registry
     from provision.paths import output_file
 
+    registry.refuse_inside_an_environment(output, "-o")
     output_file(output, "-o", force)
     if split:
         output_file(part_path(output, 1), "-o", force)

@@ -326,4 +326,7 @@ def _precisions(value: str) -> str:
             f"{', '.join(map(repr, bad))}: choose from {', '.join(PRECISIONS)}",
             param_hint="--precision",
         )
+    parts = value.split(",")
+    if len(set(parts)) != len(parts):
+        raise click.BadParameter(f"names a precision twice: {value!r}", param_hint="--precision")
     return value

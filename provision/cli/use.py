@@ -136,8 +136,9 @@ def kernel_cmd(name: str, out: Path | None, display_name: str | None, prefix: Pa
               "(module use DEST/modulefiles; module load NAME).")  # fmt: skip
 def export_cmd(name: str, dest: Path, out: Path | None, sbom: bool, modulefile: bool) -> None:
     """A self-contained copy of NAME for another machine: inputs, lock, README, smoke test."""
-    from provision import built
+    from provision import built, registry
 
+    registry.refuse_inside_an_environment(dest, "export's DEST")
     files = built.export(_find(name, out), dest, sbom=sbom, modulefile=modulefile)
     click.echo(f"exported {name} to {dest} ({len(files)} files)")
     if modulefile:
@@ -161,7 +162,8 @@ def export_cmd(name: str, dest: Path, out: Path | None, sbom: bool, modulefile: 
     is_flag=True,
     help="Install a daily `provision check` on each host (systemd timer, else cron).",
 )
-@click.option("--forks", type=click.IntRange(min=1), help="Hosts worked on at once.")
+@click.option("--forks", type=click.IntRange(min=1, max=1000),
+              help="Hosts worked on at once (at most 1000: each is a process here).")  # fmt: skip
 @click.option("--bundle", type=SafePath(path_type=Path, dir_okay=False),
               help="Install from this offline bundle (provision bundle).")  # fmt: skip
 @click.option("--trust", type=SafePath(path_type=Path, dir_okay=False, exists=True),

@@ -285,6 +285,9 @@ def check_report_dir(out: Path) -> None:
 def inventory_hosts(inventory: Path, limit: str | None = None) -> list[str]:
     """The hosts Ansible reads from the inventory (and --limit), before anything is written: an
     inventory Ansible cannot parse is refused (it would only warn, and reach no host)."""
+    from provision.fleet import inventory_bounds
+
+    inventory_bounds.check(inventory)  # an alias bomb would keep ansible-inventory busy
     program = str(Path(ansible_playbook()).with_name("ansible-inventory"))
     argv = [program, "-i", str(inventory), "--list"]
     if limit:
@@ -296,6 +299,7 @@ def inventory_hosts(inventory: Path, limit: str | None = None) -> list[str]:
                 "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
                 "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "True",
                 "ANSIBLE_LOCAL_TEMP": tmp,
+                "ANSIBLE_HOME": tmp,  # else ~/.ansible is made, and stays, for an inventory refused
                 "ANSIBLE_NOCOLOR": "1",
                 "ANSIBLE_DEPRECATION_WARNINGS": "False",
             },

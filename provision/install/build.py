@@ -156,6 +156,11 @@ def check_prefix(target: Path) -> None:
     why = path_problem(str(target))
     if why:
         raise UsageError(f"--prefix {str(target)[:80]} {why}")
+    if os.path.realpath(target) == "/":  # a build replaces its prefix as a whole: never the root
+        raise UsageError(
+            f"--prefix {target} is the root of the file system; give a folder of the environment's "
+            "own, e.g. /opt/envs/NAME"
+        )
     writable_target(target, "--prefix")
     if target.is_dir() and not os.access(target, os.W_OK | os.X_OK):
         raise InstallError(f"--prefix {target} is not writable; choose another place")

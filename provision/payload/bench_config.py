@@ -57,6 +57,8 @@ def check(args: argparse.Namespace) -> tuple[list[int], list[str]]:
     bad = [p for p in precisions if p not in PRECISIONS]
     if bad or not precisions:
         raise BenchArgsError(f"--precision takes {', '.join(PRECISIONS)}, not {', '.join(bad)}")
+    if len(set(precisions)) != len(precisions):
+        raise BenchArgsError(f"--precision names a precision twice: {args.precision!r}")
     n = args.steps_per_execution
     if n < 1 or args.steps % n or args.warmup % n or args.steps < 1:
         raise BenchArgsError(

@@ -7,6 +7,7 @@ import argparse
 import os
 import statistics
 import time
+import zipfile
 from types import ModuleType
 from typing import Any, Dict, List, Protocol, Sequence, Tuple
 
@@ -79,9 +80,13 @@ def load_dataset(tf: ModuleType, path: str) -> Tuple[Any, Any, Any, Any]:
         raise BenchArgsError(f"{path} holds no .npz files with arrays x and y")
     xs, ys = [], []
     for f in files:
-        with np.load(os.path.join(path, f)) as data:
-            xs.append(data["x"].astype("float32"))
-            ys.append(data["y"].astype("int32"))
+        try:
+            with np.load(os.path.join(path, f)) as data:
+                xs.append(data["x"].astype("float32"))
+                ys.append(data["y"].astype("int32"))
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            where = os.path.join(path, f)
+            raise BenchArgsError(f"{where} is not a .npz of arrays x and y: {exc}") from None
     x, y = np.concatenate(xs), np.concatenate(ys)
     if x.max() > 1.5:
         x = x / 255.0
