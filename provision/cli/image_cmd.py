@@ -51,8 +51,8 @@ def _tag(value: str | None) -> str | None:
               help="Refuse a bundle not signed by a signer in this allowed_signers file."
               )  # fmt: skip
 @click.option("--no-layer-cache", is_flag=True,
-              help="Compress every layer again (default: reuse layers compressed before)."
-              )  # fmt: skip
+              help="Build and compress every layer again, reusing nothing (what is made is "
+              "still kept for the next build).")  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace an existing output file (never a device).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -85,7 +85,7 @@ def image_cmd(
         make_bundle=make_bundle, name=name,
         force=force, level=level, tag=tag or "", apptainer="apptainer" in formats,
         trust=bundle_sign.trust_from(trust),
-        cache=None if no_layer_cache else caches.root() / "image-layers",
+        cache=caches.root() / "image-layers", reuse=not no_layer_cache,
     )  # fmt: skip
     result = assemble.build_image(request, report)
     report.close()

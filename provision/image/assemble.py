@@ -46,6 +46,7 @@ class Request:
     apptainer: bool = False
     trust: Trust | None = None
     cache: Path | None = None  # compressed layers kept by diff_id; None: none kept
+    reuse: bool = True  # False: build and compress again (what is made is still kept)
     name: str | None = None  # the environment the user named (a bundle of another is refused)
 
 
@@ -75,10 +76,12 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
             raise UsageError(f"{bundle} is a bundle of {manifest.name}, not of {request.name}")
         bundle_size = sum(p.stat().st_size for p in open_source(bundle).files)
         (work / "blobs").mkdir()
-        base = oci.read_base(request.base, work, request.level, request.cache)
+        base = oci.read_base(request.base, work, request.level, request.cache, request.reuse)
         ref = request.tag or f"localhost/{manifest.name}:latest"
         key = recipe.key(manifest, base, request.level, ref)
-        earlier = recipe.load(request.cache, key, request.level) if request.cache else None
+        earlier = None
+        if request.cache is not None and request.reuse:
+            earlier = recipe.load(request.cache, key, request.level)
         if earlier is not None:
             report(Event("step", "this bundle was built on this base before: its layers reused"))
             layers, config = earlier
@@ -202,7 +205,7 @@ def own_layers(rootfs: Path, name: str, blobs: Path, request: Request, report: R
     ):
         report(Event("step", f"layer: {comment} ({len(items)} entries)"))
         out.append(oci.write_layer(oci.with_parents(items, rootfs), blobs, comment,
-                                   request.level, request.cache))  # fmt: skip
+                                   request.level, request.cache, reuse=request.reuse))  # fmt: skip
     return tuple(out)
 
 

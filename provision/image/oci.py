@@ -176,14 +176,17 @@ def layer_diff_id(items: Sequence[tuple[str, Path]], owners: bool = False) -> st
 
 def write_layer(
     items: Sequence[tuple[str, Path]], blobs: Path, comment: str, level: int = 6,
-    cache: Path | None = None, owners: bool = False,
+    cache: Path | None = None, owners: bool = False, reuse: bool = True,
 ) -> Layer:  # fmt: skip
     """The layer of `items` as a gzipped blob in `blobs` (a folder of sha256 names). With a cache
-    folder, a layer already compressed once (the same diff_id and level) is taken from it."""
+    folder, a layer already compressed once (the same diff_id and level) is taken from it (unless
+    not `reuse`), and one compressed here is kept there."""
     diff_id = layer_diff_id(items, owners)
     key = f"{diff_id.removeprefix('sha256:')}-{level}.tar.gz"
     cached = cache / key if cache is not None else None
-    if cached is not None and cached.is_file():  # read from the cache when the archive is written
+    if (
+        reuse and cached is not None and cached.is_file()
+    ):  # read in place when the archive is written
         digest = "sha256:" + _sha256(cached)
         return Layer(Blob(digest, cached.stat().st_size, cached, LAYER), diff_id, comment)
     tmp = blobs / f".layer-{os.getpid()}.tmp"
@@ -296,7 +299,7 @@ def check_base(path: Path) -> None:
         )
 
 
-def read_base(path: Path, work: Path, level: int, cache: Path | None) -> Base:
+def read_base(path: Path, work: Path, level: int, cache: Path | None, reuse: bool = True) -> Base:
     """The base at path: an OCI archive (unpacked into work/base), an OCI layout directory, or a
     root filesystem directory (made one layer into work/blobs)."""
     if path.is_dir() and not (path / "oci-layout").is_file():
@@ -309,7 +312,7 @@ def read_base(path: Path, work: Path, level: int, cache: Path | None) -> Base:
         items = [(name, p) for name, p in entries(path, ".") if name != "."]
         items = [(name.removeprefix("./"), p) for name, p in items]
         layer = write_layer(
-            items, work / "blobs", f"root filesystem {path.name}", level, cache, owners=True
+            items, work / "blobs", f"root filesystem {path.name}", level, cache, True, reuse
         )
         return Base((layer,), {"architecture": "amd64", "os": "linux"}, str(path))
     layout = path
