@@ -169,7 +169,7 @@ def chroot_argv(rootfs: Path, bundle: Path, options: list[str]) -> list[str]:
     user = [] if os.geteuid() == 0 else ["--map-root-user"]
     env = [
         f"PATH={PATH}", "HOME=/root", "LANG=C.UTF-8", f"PROVISION_HOME={HOME}",
-        f"SOURCE_DATE_EPOCH={oci.MTIME}", "PYTHONDONTWRITEBYTECODE=", "TMPDIR=/tmp",
+        f"SOURCE_DATE_EPOCH={oci.MTIME}", "TMPDIR=/tmp",
     ]  # fmt: skip
     return [
         unshare, *user, "--mount", "--net", "--pid", "--fork", f"--mount-proc={rootfs}/proc",
@@ -232,11 +232,10 @@ def settle_prefix(rootfs: Path, record: registry.Record) -> None:
     """uv's uv_cache.json in each dist-info records the install's clock time: the image's fixed
     time instead, and its line of RECORD to match (what `uv pip` or a RECORD check reads)."""
     import base64
-    import hashlib
     import json
 
     from provision.environment import site_packages
-    from provision.fileio import write_atomic
+    from provision.fileio import sha256_text, write_atomic
 
     site = site_packages(rootfs / record.prefix.lstrip("/"), record.python)
     for stamp in sorted(site.glob("*.dist-info/uv_cache.json")):
@@ -244,7 +243,7 @@ def settle_prefix(rootfs: Path, record: registry.Record) -> None:
         data["timestamp"] = {"secs_since_epoch": oci.MTIME, "nanos_since_epoch": 0}
         text = json.dumps(data, separators=(",", ":"))
         write_atomic(stamp, text)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        digest = base64.urlsafe_b64encode(bytes.fromhex(sha256_text(text))).rstrip(b"=")
         rel = f"{stamp.parent.name}/{stamp.name}"
         rows = (stamp.parent / "RECORD").read_text(encoding="utf-8").splitlines()
         rows = [

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from provision.errors import ProvisionError
+from provision.fileio import sha256_bytes, sha256_file
 
 MTIME = 1_577_836_800  # 2020-01-01 00:00 UTC, as bundles' members
 CHUNK = 1 << 20
@@ -184,10 +185,8 @@ def write_layer(
     diff_id = layer_diff_id(items, owners)
     key = f"{diff_id.removeprefix('sha256:')}-{level}.tar.gz"
     cached = cache / key if cache is not None else None
-    if (
-        reuse and cached is not None and cached.is_file()
-    ):  # read in place when the archive is written
-        digest = "sha256:" + _sha256(cached)
+    if reuse and cached is not None and cached.is_file():  # read in place by write_archive
+        digest = "sha256:" + sha256_file(cached)
         return Layer(Blob(digest, cached.stat().st_size, cached, LAYER), diff_id, comment)
     tmp = blobs / f".layer-{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
@@ -219,17 +218,9 @@ def _copy(src: Path, dest: Path) -> None:
     tmp.replace(dest)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def json_blob(data: object, blobs: Path, media_type: str) -> Blob:
     text = (json.dumps(data, sort_keys=True, separators=(",", ":"))).encode()
-    digest = hashlib.sha256(text).hexdigest()
+    digest = sha256_bytes(text)
     dest = blobs / digest
     dest.write_bytes(text)
     return Blob("sha256:" + digest, len(text), dest, media_type)
