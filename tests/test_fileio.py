@@ -33,7 +33,7 @@ ALLOWED_SHA256: dict[tuple[str, str], str] = {
         "sha256 and md5 in one pass over a download (CUDA runfiles are gigabytes)"
     ),
     ("solver/install.py", "_digests"): "sha256 and md5 of a package in one pass over its bytes",
-    ("image/build.py", "check_bundle"): "each member's digest while the bundle is read through",
+    ("image/staging.py", "check_bundle"): "each member's digest while the bundle is read through",
     ("image/oci.py", "_Hashing.__init__"): "a layer's diff_id and digest while it is written",
 }
 

@@ -80,7 +80,7 @@ def image_cmd(
 
     shown = name or bundle.name.split(".")[0]  # type: ignore[union-attr]
     report = presenter(quiet)
-    request = assemble.Request(
+    request = assemble.ImageRequest(
         output=output or Path(f"{shown}.oci.tar"), base=base, bundle=bundle,
         make_bundle=make_bundle, name=name,
         force=force, level=level, tag=tag or "", apptainer="apptainer" in formats,

@@ -1,5 +1,5 @@
 """The image of a built root filesystem: which file goes in which layer, the config, the archive,
-and the Apptainer definition that builds a SIF from it. The order of the steps is image/build's
+and the Apptainer definition that builds a SIF from it. The order of the steps is image/staging's
 docstring; `build_image` is the one entry point the CLI calls.
 """
 
@@ -18,7 +18,7 @@ from provision.bundlefile.bundle_format import BundleManifest
 from provision.bundlefile.bundle_io import open_source
 from provision.bundlefile.bundle_sign import Trust
 from provision.errors import UsageError
-from provision.image import build, oci, recipe
+from provision.image import oci, recipe, staging
 from provision.image.oci import ImageError
 from provision.progress import Event, Report, nothing
 from provision.userpackages import canonical
@@ -35,7 +35,7 @@ BUILD_RECORDS = (".provision-install.json", ".provision-install.files", ".lock")
 
 
 @dataclass(frozen=True)
-class Request:
+class ImageRequest:
     output: Path
     base: Path
     bundle: Path | None = None  # else make_bundle(dest) writes one at dest
@@ -55,7 +55,7 @@ def definition_path(output: Path) -> Path:
     return output.with_name(f"{stem}.def")
 
 
-def build_image(request: Request, report: Report = nothing) -> build.ImageResult:
+def build_image(request: ImageRequest, report: Report = nothing) -> staging.ImageResult:
     from provision.paths import output_file
 
     started = time.monotonic()
@@ -64,14 +64,14 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
     if request.apptainer:
         output_file(definition_path(request.output), "the Apptainer definition", request.force)
     oci.check_base(request.base)
-    with build.work_dir(request.output) as work:
+    with staging.work_dir(request.output) as work:
         bundle = request.bundle
         if bundle is None:
             if request.make_bundle is None:
                 raise ImageError("give an environment NAME, or --from-bundle FILE")
             bundle = request.make_bundle(work / "environment.bundle.tar")
             seconds["bundle"] = time.monotonic() - started
-        manifest = build.check_bundle(bundle, request.trust, report)
+        manifest = staging.check_bundle(bundle, request.trust, report)
         if request.name is not None and request.name != manifest.name:
             raise UsageError(f"{bundle} is a bundle of {manifest.name}, not of {request.name}")
         bundle_size = sum(p.stat().st_size for p in open_source(bundle).files)
@@ -110,7 +110,7 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
 
             write_atomic(definition, apptainer_definition(manifest.name, request.output.name))
     seconds["total"] = time.monotonic() - started
-    return build.ImageResult(
+    return staging.ImageResult(
         manifest.name, request.output, manifest_blob.digest, request.output.stat().st_size,
         tuple(all_layers), bundle_size,
         sum(x.blob.size for x in base.layers), seconds, definition,
@@ -118,20 +118,20 @@ def build_image(request: Request, report: Report = nothing) -> build.ImageResult
 
 
 def _build(
-    request: Request, work: Path, base: oci.Base, bundle: Path, manifest: BundleManifest,
+    request: ImageRequest, work: Path, base: oci.Base, bundle: Path, manifest: BundleManifest,
     seconds: dict[str, float], report: Report,
 ) -> tuple[tuple[oci.Layer, ...], dict[str, Any]]:  # fmt: skip
     """The base unpacked, the bundle built inside it, the layers and the config of what it made."""
-    bootstrap = build.first_bootstrap(bundle)
+    bootstrap = staging.first_bootstrap(bundle)
     report(Event("step", f"unpacking the base ({len(base.layers)} layer(s))"))
     rootfs = work / "rootfs"
     rootfs.mkdir()
     oci.unpack(base.layers, rootfs)
     t0 = time.monotonic()
     report(Event("step", f"building {manifest.name} inside the base, with no network"))
-    build.build_in_root(rootfs, bundle, bootstrap, report)
-    build.settle_record(rootfs, manifest.name)
-    build.settle_prefix(rootfs, _record(rootfs, manifest.name))
+    staging.build_in_root(rootfs, bundle, bootstrap, report)
+    staging.settle_record(rootfs, manifest.name)
+    staging.settle_prefix(rootfs, _record(rootfs, manifest.name))
     seconds["build"] = time.monotonic() - t0
     t0 = time.monotonic()
     layers = own_layers(rootfs, manifest.name, work / "blobs", request, report)
@@ -141,7 +141,7 @@ def _build(
 
 
 def _record(rootfs: Path, name: str) -> registry.Record:
-    path = rootfs / build.HOME.lstrip("/") / "registry" / f"{name}.json"
+    path = rootfs / staging.HOME.lstrip("/") / "registry" / f"{name}.json"
     return registry.Record.from_json(json.loads(path.read_text(encoding="utf-8")))
 
 
@@ -181,11 +181,11 @@ def user_files(rootfs: Path, record: registry.Record) -> set[str]:
     return found
 
 
-def own_layers(rootfs: Path, name: str, blobs: Path, request: Request, report: Report
+def own_layers(rootfs: Path, name: str, blobs: Path, request: ImageRequest, report: Report
                ) -> tuple[oci.Layer, ...]:  # fmt: skip
     """provision's venv; the environment without the user's packages; the rest of
     PROVISION_HOME (the user's packages, the environment directory, the registry record)."""
-    home_rel = build.HOME.lstrip("/")
+    home_rel = staging.HOME.lstrip("/")
     record = _record(rootfs, name)
     prefix_rel = record.prefix.lstrip("/")
     venv = [(n, p) for n, p in oci.entries(rootfs / home_rel / "venv", f"{home_rel}/venv")]
@@ -214,7 +214,7 @@ def image_config(
 ) -> dict[str, object]:
     inner = base.config.get("config") or {}
     base_env = [e for e in inner.get("Env") or [] if not e.startswith(("PATH=", "PROVISION_"))]
-    path = f"{record.prefix}/bin:{build.HOME}/venv/bin:{build.PATH}"
+    path = f"{record.prefix}/bin:{staging.HOME}/venv/bin:{staging.PATH}"
     verify = ["provision", "verify", record.name]
     history = list(base.config.get("history") or [])
     if not history:
@@ -225,7 +225,7 @@ def image_config(
         "architecture": base.config.get("architecture", "amd64"),
         "os": base.config.get("os", "linux"),
         "config": {
-            "Env": sorted([f"PATH={path}", f"PROVISION_HOME={build.HOME}", *base_env]),
+            "Env": sorted([f"PATH={path}", f"PROVISION_HOME={staging.HOME}", *base_env]),
             "Cmd": ["python"],
             "WorkingDir": "/",
             "Labels": {
@@ -270,6 +270,6 @@ From: {archive}
 
 %test
     export PROVISION_HOME="${{TMPDIR:-/tmp}}/provision-home-$$"
-    mkdir -p "$PROVISION_HOME" && cp -a {build.HOME}/registry "$PROVISION_HOME"/
+    mkdir -p "$PROVISION_HOME" && cp -a {staging.HOME}/registry "$PROVISION_HOME"/
     exec provision verify {name}
 """
