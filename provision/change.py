@@ -115,10 +115,16 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old: Locked, new: Locked, verify
     from dataclasses import replace
 
     from provision import registry
+    from provision.facts import store
     from provision.install import prefix_hooks, sync
     from provision.install.build import inputs_digest
+    from provision.verify import baseline
 
     record = registry.get(env.name)
+    # Breaks that stand before this change are not provision's to vouch for; what the sync does
+    # is: the baseline follows it (a package dropped is not "removed by hand").
+    standing = baseline.standing(env.name)
+    kept = store.get_or_none(env.name)
     done = sync.sync(env, prefix, old, new, inputs_digest(env), report)
     result.synced_seconds = done.seconds
     result.lines.append(
@@ -128,6 +134,8 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old: Locked, new: Locked, verify
     try:
         if record is not None:
             registry.put(replace(record, lock_sha256=fileio.sha256_file(env.lock)))
+        if not standing:
+            store.record_quietly(env.name, "add")
         if verify:
             from provision import verify as verify_mod
 
@@ -143,14 +151,12 @@ def _sync_and_verify(env: EnvDir, prefix: Path, old: Locked, new: Locked, verify
         sync.restore(prefix, done.before, done.after, report)
         if record is not None:
             registry.put(record)
+        if kept is not None:
+            store.put(kept)  # the baseline goes back with the prefix
         raise
     prefix_hooks.keep_source(env, prefix)  # the copy the build keeps follows its inputs
-    if not verify:
-        from provision.verify import baseline
-
-        standing = baseline.record_after(env.name, "add")
-        if standing:
-            result.lines.append(baseline.still_broken_line(env.name, standing, "an add"))
+    if standing and not verify:
+        result.lines.append(baseline.still_broken_line(env.name, standing, "an add"))
 
 
 def moved(old: Locked | None, new: Locked) -> list[str]:

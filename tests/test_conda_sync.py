@@ -131,7 +131,18 @@ def test_add_and_drop_sync_a_conda_prefix_in_place_and_a_failure_puts_it_back(
     assert owned.foreign(prefix) == []
     assert (out / NAME / "conda-lock.yml").read_text() != lock_text
     code, text = run_cli("check", NAME)
-    assert DEMO not in text and TINY not in text, text
+    assert DEMO not in text and TINY not in text, text  # what provision dropped is no drift
+
+    # A break that stood before an add is not the add's to vouch for: the baseline stays and
+    # check goes on saying it (a library of the lock deleted by hand, then an add).
+    code, text = run_cli("add", NAME, f"pypi: {TINY}==1.0", "--out", str(out), "--no-verify")
+    assert code == 0 and "baseline kept" not in text, text
+    lib = next(prefix.rglob("libprovisiontiny.so.1"))
+    lib.unlink()
+    code, text = run_cli("add", NAME, DEMO, "--out", str(out), "--no-verify")
+    assert code == 0 and f"{NAME}: baseline kept, still broken: library " in text, text
+    code, text = run_cli("check", NAME)
+    assert code == 1 and "BREAKS" in text and "libprovisiontiny.so.1" in text, text
 
 
 LIB, APP, OTHER, NEEDS2 = (f"provision-conda-{n}" for n in ("lib", "app", "other", "needs2"))

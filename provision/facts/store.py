@@ -82,6 +82,14 @@ def get(name: str) -> Facts:
     return facts
 
 
+def get_or_none(name: str) -> Facts | None:
+    """The recorded facts of NAME, or None when there are none that can be used."""
+    try:
+        return get(name)
+    except FactsError:
+        return None
+
+
 def forget(name: str) -> None:
     with contextlib.suppress(OSError):
         path_of(name).unlink(missing_ok=True)

@@ -39,6 +39,18 @@ def changes_of(rec: registry.Record) -> list[Change]:
     return compare(old, host_facts(), now, subject(rec))
 
 
+def standing(name: str) -> list[Change]:
+    """The breaks under NAME now that no run vouches for ([] when it is not built here or has no
+    usable baseline)."""
+    rec = registry.get(name)
+    if rec is None:
+        return []
+    try:
+        return unvouched(changes_of(rec), 0)
+    except (ProvisionError, OSError):
+        return []
+
+
 def record_after(name: str, source: str, gpus_used: int = 0) -> list[Change]:
     """Record the facts of NAME as they are now, after a passing `source` ("verify", "add") that
     ran on `gpus_used` GPUs, unless a break it did not vouch for stands: then the old baseline is
