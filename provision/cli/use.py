@@ -138,7 +138,8 @@ def export_cmd(name: str, dest: Path, out: Path | None, sbom: bool, modulefile: 
     """A self-contained copy of NAME for another machine: inputs, lock, README, smoke test."""
     from provision import built, registry
 
-    registry.refuse_inside_an_environment(dest, "export's DEST")
+    if not (dest.exists() or dest.is_symlink()):  # an existing DEST is refused as existing
+        registry.refuse_inside_an_environment(dest, "export's DEST")
     files = built.export(_find(name, out), dest, sbom=sbom, modulefile=modulefile)
     click.echo(f"exported {name} to {dest} ({len(files)} files)")
     if modulefile:
