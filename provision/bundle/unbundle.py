@@ -116,10 +116,10 @@ def install_from_bundle(
     try:
         with tarfile.open(fileobj=reader, mode="r|", bufsize=CHUNK) as tar:  # type: ignore[call-overload]
             manifest, digest, signature, first = _manifest(tar, source, trust)
-            report(Event("step", f"{source.shown}: {signature.line()}"))
             if name is not None and name != manifest.name:
                 raise UsageError(f"{source.shown} is a bundle of {manifest.name}, not of {name}")
-            check_same_inputs(manifest, source.shown, force)
+            check_same_inputs(manifest, source.shown, force)  # a refusal: one line, said first
+            report(Event("step", f"{source.shown}: {signature.line()}"))
             report(
                 Event(
                     "step",
