@@ -39,16 +39,18 @@ def changes_of(rec: registry.Record) -> list[Change]:
     return compare(old, host_facts(), now, subject(rec))
 
 
-def standing(name: str) -> list[Change]:
-    """The breaks under NAME now that no run vouches for ([] when it is not built here or has no
-    usable baseline)."""
+def standing(name: str, gpus_used: int = 0) -> list[Change]:
+    """The breaks under NAME now that a run on `gpus_used` GPUs does not vouch for ([] when it is
+    not built here or has no usable baseline)."""
     rec = registry.get(name)
-    if rec is None:
-        return []
+    return [] if rec is None else _standing(rec, gpus_used)
+
+
+def _standing(rec: registry.Record, gpus_used: int) -> list[Change]:
     try:
-        return unvouched(changes_of(rec), 0)
+        return unvouched(changes_of(rec), gpus_used)
     except (ProvisionError, OSError):
-        return []
+        return []  # no usable baseline to keep: one is recorded
 
 
 def record_after(name: str, source: str, gpus_used: int = 0) -> list[Change]:
@@ -59,13 +61,10 @@ def record_after(name: str, source: str, gpus_used: int = 0) -> list[Change]:
     rec = registry.get(name)
     if rec is None:
         return []
-    try:
-        standing = unvouched(changes_of(rec), gpus_used)
-    except (ProvisionError, OSError):
-        standing = []  # no usable baseline to keep: record one
-    if not standing:
+    breaks = _standing(rec, gpus_used)
+    if not breaks:
         store.record_quietly(name, source, gpus_used)
-    return standing
+    return breaks
 
 
 def still_broken_line(name: str, breaks: list[Change], by: str) -> str:
