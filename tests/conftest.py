@@ -21,17 +21,17 @@ def nvidia_artifacts(
     """build(cuda, cudnn) -> a fake CUDA runfile and a cuDNN archive of NVIDIA's names and layout,
     holding NVIDIA's real libcudart and libcudnn from PyPI wheels (fetched once, cached under
     ~/.cache/provision-tests). Built once per session per (CUDA, cuDNN); treat them as read-only."""
-    built: dict[tuple[str, str], Artifacts] = {}
+    made: dict[tuple[str, str], Artifacts] = {}
 
     if shutil.which("xz") is None:
         pytest.skip("xz is not installed: install.sh unpacks the .tar.xz cuDNN archives with it")
 
     def build(cuda: Cuda, cudnn: Cudnn) -> Artifacts:
         key = (cuda.version, cudnn.version)
-        if key not in built:
+        if key not in made:
             folder = tmp_path_factory.mktemp(f"nvidia-cuda{cuda.version}-cudnn{cudnn.version}")
-            built[key] = build_artifacts(folder, cuda, cudnn)
-        return built[key]
+            made[key] = build_artifacts(folder, cuda, cudnn)
+        return made[key]
 
     return build
 
@@ -115,7 +115,7 @@ def real_conda_channel(
 
 
 # A small real wheel served by a local index, and an environment sealed to it (tests/tinyindex.py).
-from tinyindex import env, index  # noqa: E402, F401
+from tinyindex import built, env, index  # noqa: E402, F401
 
 # TensorFlow-shaped wheels served with Range requests, for `matrix update` (tests/wheelindex.py).
 from wheelindex import wheel_index  # noqa: E402, F401

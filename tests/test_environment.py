@@ -15,7 +15,7 @@ from pathlib import Path
 import clitools
 import pytest
 from clitools import run_cli
-from tinyindex import Env, Index
+from tinyindex import Env
 
 from provision import environment
 from provision.install.owned import MARKER
@@ -24,14 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 provision = functools.partial(clitools.provision, timeout=300, env={"PYTHONPATH": str(ROOT)})
-
-
-@pytest.fixture
-def built(index: Index, env: Env) -> Env:
-    env.lock(index.add("1.0"))
-    code, out = run_cli("install", env.name, "--out", str(env.out))
-    assert code == 0, out
-    return env
 
 
 def test_nothing_built_yet_says_how_to_build(

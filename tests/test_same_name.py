@@ -11,17 +11,9 @@ from pathlib import Path
 
 import pytest
 from clitools import run_cli
-from tinyindex import Env, Index
+from tinyindex import Env
 
 from provision import registry
-
-
-@pytest.fixture
-def built(index: Index, env: Env) -> Env:
-    env.lock(index.add("1.0"))
-    code, out = run_cli("install", env.name, "--out", str(env.out))
-    assert code == 0, out
-    return env
 
 
 def copy_of(env: Env, base: Path) -> Path:

@@ -240,6 +240,15 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Env:
     return Env(out, "tiny", home)
 
 
+@pytest.fixture
+def built(index: Index, env: Env) -> Env:
+    """`env` locked against the tiny index (provision-tiny 1.0) and installed."""
+    env.lock(index.add("1.0"))
+    code, out = run_cli("install", env.name, "--out", str(env.out))
+    assert code == 0, out
+    return env
+
+
 def bash(script: str, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
         ["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60, check=True
